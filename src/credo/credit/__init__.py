@@ -1,0 +1,27 @@
+"""Credit estimators: from rewards (and sampler records) to per-token advantages and masks, no model.
+
+The registry `ESTIMATORS` maps names to estimator classes; see `credo.methods` for the named methods.
+"""
+
+from credo.credit.base import ESTIMATORS, CreditEstimator, Metrics
+from credo.credit.groups import GroupAdvantage, group_advantages
+from credo.credit.resets import ResetAdvantage, suffix_mask
+from credo.credit.revisions import RevisionAdvantage, closest_revision, edit_mask, shaped_rewards
+from credo.credit.traces import EntropySelection, entropy_selection, trace_history
+
+__all__ = [
+    "ESTIMATORS",
+    "CreditEstimator",
+    "EntropySelection",
+    "GroupAdvantage",
+    "Metrics",
+    "ResetAdvantage",
+    "RevisionAdvantage",
+    "closest_revision",
+    "edit_mask",
+    "entropy_selection",
+    "group_advantages",
+    "shaped_rewards",
+    "suffix_mask",
+    "trace_history",
+]

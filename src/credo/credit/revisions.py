@@ -1,0 +1,146 @@
+"""IBPO: revision-based counterfactuals that shape rewards and mask tokens (arXiv 2605.16302).
+
+For each failed response `y_i`, the policy writes `K-1` revisions of it, each given the problem, `y_i` and a
+sibling reference. `s_i` is the share of revisions that verify correct (0 for a correct `y_i`). The
+shaped reward, before group normalisation, is
+
+    R'_i = r_i + lam * (1 - r_i) * s_i        (lam = 0.6: a correct answer still outranks any failure)
+
+so a failure the model can repair is a near miss and is penalised less; an all-fail group with a fixable
+failure gains variance. Optionally only the tokens that the closest successful revision changed (a
+token-level Levenshtein alignment) receive gradient on that failure. Loss: GSPO (default) or GRPO clip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from credo.batch import RolloutBatch
+from credo.checks import check_range
+from credo.credit.base import ESTIMATORS, Metrics
+from credo.credit.groups import GroupAdvantage
+
+
+def shaped_rewards(rewards: Tensor, revision_success: Tensor, lam: float = 0.6) -> Tensor:
+    """(B,) `R' = r + lam * (1 - r) * s`."""
+    return rewards + lam * (1.0 - rewards) * revision_success
+
+
+def edit_distance_table(source: Sequence[int], target: Sequence[int]) -> Tensor:
+    """(n+1, m+1) Levenshtein table `D[i, j]` between `source[:i]` and `target[:j]` (unit costs).
+
+    One vectorised pass per source token: with `tmp_j = min(D[i-1, j-1] + [a_i != b_j], D[i-1, j] + 1)`,
+    the insertion chain `D[i, j] = min(tmp_j, D[i, j-1] + 1)` is a running minimum,
+    `D[i, j] = j + min_{j' <= j} (tmp_j' - j')`.
+    """
+    a = torch.as_tensor(list(source), dtype=torch.long)
+    b = torch.as_tensor(list(target), dtype=torch.long)
+    n, m = a.numel(), b.numel()
+    cols = torch.arange(m + 1)
+    table = torch.empty(n + 1, m + 1, dtype=torch.long)
+    table[0] = cols
+    for i in range(1, n + 1):
+        prev = table[i - 1]
+        tmp = torch.empty(m + 1, dtype=torch.long)
+        tmp[0] = i
+        tmp[1:] = torch.minimum(prev[:-1] + (b != a[i - 1]).long(), prev[1:] + 1)
+        table[i] = torch.cummin(tmp - cols, dim=0).values + cols
+    return table
+
+
+def edit_mask(source: Sequence[int], target: Sequence[int]) -> Tensor:
+    """(len(source),) bool: the tokens of `source` that an optimal alignment to `target` edits.
+
+    Substituted and deleted source tokens are marked. A run of target tokens inserted before source
+    token `i` marks token `i` (the token the policy wrote where the revision diverged); an insertion after
+    the last source token marks the last one. Identical sequences mark nothing; an empty target marks all.
+    Ties between optimal alignments are broken in the order substitution/match, deletion, insertion,
+    walking back from the end.
+    """
+    table = edit_distance_table(source, target).tolist()
+    n, m = len(source), len(target)
+    marked = [False] * n
+    i, j = n, m
+    while i > 0 or j > 0:
+        here = table[i][j]
+        if i > 0 and j > 0 and here == table[i - 1][j - 1] + (source[i - 1] != target[j - 1]):
+            if source[i - 1] != target[j - 1]:
+                marked[i - 1] = True
+            i, j = i - 1, j - 1
+        elif i > 0 and here == table[i - 1][j] + 1:
+            marked[i - 1] = True
+            i -= 1
+        else:  # insertion of target[j-1] before source token i
+            if n > 0:
+                marked[min(i, n - 1)] = True
+            j -= 1
+    return torch.tensor(marked, dtype=torch.bool)
+
+
+def closest_revision(source: Sequence[int], revisions: Sequence[Sequence[int]]) -> int:
+    """Index of the revision with the smallest edit distance to `source` (the first on ties)."""
+    if not revisions:
+        raise ValueError("closest_revision needs at least one revision")
+    distances = [int(edit_distance_table(source, r)[-1, -1]) for r in revisions]
+    return distances.index(min(distances))
+
+
+@ESTIMATORS.register("revision")
+@dataclass(frozen=True, kw_only=True)
+class RevisionAdvantage(GroupAdvantage):
+    """IBPO's estimator: group advantages of the shaped rewards, edited-token masks on repaired failures."""
+
+    lam: float = 0.6
+    """Weight of the revision success rate in the shaped reward."""
+    use_edit_mask: bool = True
+    """Train a failure with a successful revision only on the tokens that revision changed."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_range("RevisionAdvantage", "lam", self.lam, 0.0, 1.0)
+
+    def rewards(self, batch: RolloutBatch) -> tuple[Tensor, Metrics]:
+        s = batch.revision_success
+        if s is None:
+            raise ValueError("IBPO credit needs RolloutBatch.revision_success, but it is None")
+        failed = _failed(batch)
+        if (s[~failed] != 0).any():
+            raise ValueError("RolloutBatch.revision_success must be 0 on correct rows (only failures are revised)")
+        shaped = shaped_rewards(batch.rewards, s, self.lam)
+        metrics = {
+            "credit/revision_success": float(s[failed].mean()) if failed.any() else 0.0,
+            "credit/groups_given_variance": _groups_given_variance(batch.rewards, shaped, batch.group_id),
+        }
+        return shaped, metrics
+
+    def loss_mask(self, batch: RolloutBatch) -> tuple[Tensor, Metrics]:
+        if not self.use_edit_mask:
+            return batch.loss_mask, {}
+        if batch.edit_mask is None:
+            raise ValueError("IBPO with use_edit_mask needs RolloutBatch.edit_mask, but it is None")
+        repaired = _failed(batch) & (batch.revision_success > 0)  # (B,)
+        mask = torch.where(repaired.unsqueeze(1), batch.loss_mask & batch.edit_mask, batch.loss_mask)
+        edited = batch.edit_mask[repaired].sum() / batch.response_mask[repaired].sum().clamp(min=1)
+        return mask, {"credit/edited_token_frac": float(edited)}
+
+
+def _failed(batch: RolloutBatch) -> Tensor:
+    """(B,) bool: rows that failed (`correct` where given, else reward < 1)."""
+    return ~batch.correct if batch.correct is not None else batch.rewards < 1.0
+
+
+def _groups_given_variance(raw: Tensor, shaped: Tensor, group_id: Tensor) -> float:
+    """Share of groups whose raw rewards are all equal but whose shaped rewards are not."""
+    _, inverse = torch.unique(group_id, return_inverse=True)
+    num = int(inverse.max()) + 1
+
+    def spread(values: Tensor) -> Tensor:
+        high = torch.full((num,), -torch.inf, dtype=values.dtype, device=values.device).scatter_reduce_(0, inverse, values, reduce="amax")
+        low = torch.full((num,), torch.inf, dtype=values.dtype, device=values.device).scatter_reduce_(0, inverse, values, reduce="amin")
+        return high - low
+
+    return float(((spread(raw) == 0) & (spread(shaped) > 0)).float().mean())
