@@ -1,0 +1,56 @@
+"""Shared test helpers: random rollout batches with padding, variable lengths and mixed group sizes."""
+
+from __future__ import annotations
+
+import torch
+
+from credo.batch import RolloutBatch
+
+
+def random_batch(
+    seed: int,
+    *,
+    group_sizes: tuple[int, ...] | None = None,
+    width: int | None = None,
+    dtype: torch.dtype = torch.float32,
+    binary_rewards: bool = True,
+) -> RolloutBatch:
+    """A batch with every optional field a method may read, shuffled group ids and ragged rows."""
+    gen = torch.Generator().manual_seed(seed)
+    if group_sizes is None:
+        num_groups = int(torch.randint(1, 5, (1,), generator=gen))
+        group_sizes = tuple(int(torch.randint(1, 7, (1,), generator=gen)) for _ in range(num_groups))
+    B = sum(group_sizes)
+    T = width if width is not None else int(torch.randint(1, 40, (1,), generator=gen))
+    lengths = torch.randint(0, T + 1, (B,), generator=gen)
+    lengths[0] = T  # at least one full row
+    response_mask = torch.arange(T).unsqueeze(0) < lengths.unsqueeze(1)
+    ids = torch.tensor([g * 7 + 3 for g, size in enumerate(group_sizes) for _ in range(size)])
+    perm = torch.randperm(B, generator=gen)
+    if binary_rewards:
+        rewards = (torch.rand(B, generator=gen) < 0.5).to(dtype)
+    else:
+        rewards = torch.rand(B, generator=gen).to(dtype)
+    correct = rewards >= 1.0
+    success = torch.where(correct, 0.0, torch.randint(0, 4, (B,), generator=gen) / 3.0).to(dtype)
+    prefix = (torch.rand(B, generator=gen) * lengths * (torch.rand(B, generator=gen) < 0.5)).long()
+    return RolloutBatch(
+        response_ids=torch.randint(0, 100, (B, T), generator=gen),
+        response_mask=response_mask,
+        group_id=ids[perm],
+        rewards=rewards,
+        old_logp=torch.where(response_mask, -torch.rand(B, T, generator=gen, dtype=dtype) * 3, 0.0),
+        entropy=torch.where(response_mask, torch.rand(B, T, generator=gen, dtype=dtype) * 2, 0.0),
+        ref_logp=torch.where(response_mask, -torch.rand(B, T, generator=gen, dtype=dtype) * 3, 0.0),
+        correct=correct,
+        prefix_len=prefix,
+        revision_success=success,
+        edit_mask=response_mask & (torch.rand(B, T, generator=gen) < 0.4),
+    )
+
+
+def moved_logp(batch: RolloutBatch, seed: int, drift: float = 0.3) -> torch.Tensor:
+    """Current log-probs a few optimiser steps after `old_logp` (a leaf that requires grad)."""
+    gen = torch.Generator().manual_seed(10_000 + seed)
+    noise = torch.randn(batch.old_logp.shape, generator=gen, dtype=batch.old_logp.dtype)
+    return (batch.old_logp + drift * noise).requires_grad_()
