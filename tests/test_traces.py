@@ -179,3 +179,13 @@ def test_hand_computed_trace():
     d = torch.tensor([[0.2, -0.4, 0.1]], dtype=torch.float64)
     got = trace_history(d, torch.ones(1, 3, dtype=torch.bool), lam=0.5, normalize=True)
     torch.testing.assert_close(got, torch.tensor([[0.0, 0.2, -0.05 / 1.75 - 0.1]], dtype=torch.float64))
+
+
+@pytest.mark.slow
+def test_long_rows_three_scan_levels_match_definition():
+    # 4200 tokens: beyond 64 * 64, so the chunked scan recurses twice; the definition is O(T^2) Python.
+    gen = torch.Generator().manual_seed(7)
+    d = torch.randn(1, 4200, dtype=torch.float64, generator=gen) * 0.1
+    m = torch.rand(1, 4200, generator=gen) < 0.2
+    got = trace_history(d, m, lam=0.99, normalize=True)
+    torch.testing.assert_close(got, trace_history_loop(d, m, 0.99, True), rtol=1e-8, atol=1e-10)
