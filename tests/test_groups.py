@@ -31,7 +31,7 @@ def loop_advantages(rewards, group_id, *, scale="std", ddof=0, eps=1e-6, floor=0
             std = math.sqrt(sum((x - mean) ** 2 for x in members) / (len(members) - ddof))
         else:
             std = batch_std
-        out.append(0.0 if std <= floor else (r[i] - mean) / (std + eps))
+        out.append(0.0 if std < floor else (r[i] - mean) / (std + eps))
     return torch.tensor(out, dtype=torch.float64)
 
 

@@ -182,7 +182,7 @@ def _validate(batch: RolloutBatch) -> None:
             _fail("segment_ids", f"must be -1 off the response: {_first_position(off)}")
         if (response & (seg < 0)).any():
             _fail("segment_ids", f"must be >= 0 on response tokens: {_first_position(response & (seg < 0))}")
-        falls = (seg[:, 1:] < seg[:, :-1]) & response[:, 1:]
+        falls = torch.nn.functional.pad((seg[:, 1:] < seg[:, :-1]) & response[:, 1:], (1, 0))  # (B, T): at the drop
         if falls.any():
             _fail("segment_ids", f"must be non-decreasing along a response: {_first_position(falls)}")
 

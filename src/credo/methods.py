@@ -134,12 +134,12 @@ _add(Method(
 _add(Method(
     "rrpo", "reset", "2605.25507",
     "resets a failed rollout to a random thought; continuations train on their suffix only",
-    "resets", ResetAdvantage(), ReinforceLoss(), localiser="random",
+    "resets", ResetAdvantage(), ReinforceLoss(empty_rows="count"), localiser="random",
 ))
 _add(Method(
     "srpo", "reset", "2605.25507",
     "resets a failed rollout to the first wrong thought, localised by the policy itself",
-    "resets", ResetAdvantage(), ReinforceLoss(), localiser="self",
+    "resets", ResetAdvantage(), ReinforceLoss(empty_rows="count"), localiser="self",
 ))
 _add(Method(
     "ibpo", "revision", "2605.16302",

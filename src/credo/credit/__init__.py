@@ -6,7 +6,7 @@ The registry `ESTIMATORS` maps names to estimator classes; see `credo.methods` f
 from credo.credit.base import ESTIMATORS, CreditEstimator, Metrics
 from credo.credit.groups import GroupAdvantage, group_advantages
 from credo.credit.resets import ResetAdvantage, suffix_mask
-from credo.credit.revisions import RevisionAdvantage, closest_revision, edit_mask, shaped_rewards
+from credo.credit.revisions import RevisionAdvantage, closest_revision, edit_distance, edit_mask, shaped_rewards
 from credo.credit.traces import EntropySelection, entropy_selection, trace_history
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "ResetAdvantage",
     "RevisionAdvantage",
     "closest_revision",
+    "edit_distance",
     "edit_mask",
     "entropy_selection",
     "group_advantages",

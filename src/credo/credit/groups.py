@@ -45,7 +45,7 @@ def group_advantages(
             `scale_rewards="batch"`) or "none" (Dr. GRPO: only the group mean is subtracted).
         std_ddof: 0 for the population std, 1 for the sample std.
         eps: added to the std before dividing.
-        std_floor: rows whose std is `<= std_floor` get advantage 0.
+        std_floor: rows whose std is below `std_floor` get advantage 0.
 
     Rows of a group with all-equal rewards get exactly 0.
     """
@@ -66,7 +66,7 @@ def group_advantages(
         else:  # batch_std
             std = r.std(correction=std_ddof).expand_as(r) if r.numel() > std_ddof else torch.zeros_like(r)
         advantages = centered / (std + eps)
-        constant = constant | (std <= std_floor)
+        constant = constant | (std < std_floor)
     return torch.where(constant, torch.zeros_like(advantages), advantages)
 
 
@@ -87,7 +87,7 @@ class GroupAdvantage:
     eps: float = 1e-6
     """Added to the std (credo and verl 1e-6, TRL 1e-4, SRPO 0)."""
     std_floor: float = 0.0
-    """Advantage 0 where the std is <= this (SRPO: 1e-8)."""
+    """Advantage 0 where the std is below this (SRPO: 1e-8)."""
     min_advantage: float | None = None
     """Clamp advantages from below (GRPO-lambda's `neg_adv_clamp`: -0.1); None: no clamp."""
 
@@ -104,8 +104,8 @@ class GroupAdvantage:
         """(B,) the rewards to normalise."""
         return batch.rewards, {}
 
-    def loss_mask(self, batch: RolloutBatch) -> tuple[Tensor, Metrics]:
-        """(B, T) bool: the tokens that train."""
+    def loss_mask(self, batch: RolloutBatch, trace_mask: Tensor | None) -> tuple[Tensor, Metrics]:
+        """(B, T) bool: the tokens that train (`trace_mask` is what `trace_mask()` returned)."""
         return batch.loss_mask, {}
 
     def trace_mask(self, batch: RolloutBatch) -> tuple[Tensor | None, Metrics]:
@@ -115,8 +115,7 @@ class GroupAdvantage:
     def __call__(self, batch: RolloutBatch) -> tuple[RolloutBatch, Metrics]:
         rewards, metrics = self.rewards(batch)
         trace_mask, trace_metrics = self.trace_mask(batch)
-        batch = batch.replace(trace_mask=trace_mask)  # loss_mask() may read it (S-trace mask_grad)
-        loss_mask, mask_metrics = self.loss_mask(batch)
+        loss_mask, mask_metrics = self.loss_mask(batch, trace_mask)
         adv = group_advantages(
             rewards, batch.group_id, scale=self.scale, std_ddof=self.std_ddof, eps=self.eps, std_floor=self.std_floor
         )
@@ -126,7 +125,7 @@ class GroupAdvantage:
         metrics.update(trace_metrics)
         metrics.update(mask_metrics)
         metrics.update(_advantage_metrics(adv, batch.group_id))
-        return batch.replace(advantages=advantages, loss_mask=loss_mask), metrics
+        return batch.replace(advantages=advantages, loss_mask=loss_mask, trace_mask=trace_mask), metrics
 
 
 def _advantage_metrics(adv: Tensor, group_id: Tensor) -> Metrics:

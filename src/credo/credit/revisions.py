@@ -13,7 +13,7 @@ token-level Levenshtein alignment) receive gradient on that failure. Loss: GSPO 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -30,8 +30,8 @@ def shaped_rewards(rewards: Tensor, revision_success: Tensor, lam: float = 0.6) 
     return rewards + lam * (1.0 - rewards) * revision_success
 
 
-def edit_distance_table(source: Sequence[int], target: Sequence[int]) -> Tensor:
-    """(n+1, m+1) Levenshtein table `D[i, j]` between `source[:i]` and `target[:j]` (unit costs).
+def _distance_rows(source: Sequence[int], target: Sequence[int]) -> Iterator[Tensor]:
+    """Rows `D[0], D[1], ..., D[n]` of the Levenshtein table between `source` and `target` (unit costs).
 
     One vectorised pass per source token: with `tmp_j = min(D[i-1, j-1] + [a_i != b_j], D[i-1, j] + 1)`,
     the insertion chain `D[i, j] = min(tmp_j, D[i, j-1] + 1)` is a running minimum,
@@ -39,17 +39,26 @@ def edit_distance_table(source: Sequence[int], target: Sequence[int]) -> Tensor:
     """
     a = torch.as_tensor(list(source), dtype=torch.long)
     b = torch.as_tensor(list(target), dtype=torch.long)
-    n, m = a.numel(), b.numel()
-    cols = torch.arange(m + 1)
-    table = torch.empty(n + 1, m + 1, dtype=torch.long)
-    table[0] = cols
-    for i in range(1, n + 1):
-        prev = table[i - 1]
-        tmp = torch.empty(m + 1, dtype=torch.long)
+    cols = torch.arange(b.numel() + 1)
+    row = cols
+    yield row
+    for i in range(1, a.numel() + 1):
+        tmp = torch.empty_like(row)
         tmp[0] = i
-        tmp[1:] = torch.minimum(prev[:-1] + (b != a[i - 1]).long(), prev[1:] + 1)
-        table[i] = torch.cummin(tmp - cols, dim=0).values + cols
-    return table
+        tmp[1:] = torch.minimum(row[:-1] + (b != a[i - 1]).long(), row[1:] + 1)
+        row = torch.cummin(tmp - cols, dim=0).values + cols
+        yield row
+
+
+def edit_distance_table(source: Sequence[int], target: Sequence[int]) -> Tensor:
+    """(n+1, m+1) Levenshtein table `D[i, j]` between `source[:i]` and `target[:j]`."""
+    return torch.stack(list(_distance_rows(source, target)))
+
+
+def edit_distance(source: Sequence[int], target: Sequence[int]) -> int:
+    """Levenshtein distance between two token sequences, in O(m) memory."""
+    *_, last = _distance_rows(source, target)
+    return int(last[-1])
 
 
 def edit_mask(source: Sequence[int], target: Sequence[int]) -> Tensor:
@@ -59,33 +68,33 @@ def edit_mask(source: Sequence[int], target: Sequence[int]) -> Tensor:
     token `i` marks token `i` (the token the policy wrote where the revision diverged); an insertion after
     the last source token marks the last one. Identical sequences mark nothing; an empty target marks all.
     Ties between optimal alignments are broken in the order substitution/match, deletion, insertion,
-    walking back from the end.
+    walking back from the end. The walk reads only the `n + m` cells it visits.
     """
-    table = edit_distance_table(source, target).tolist()
+    table = edit_distance_table(source, target)
     n, m = len(source), len(target)
-    marked = [False] * n
+    marked = torch.zeros(n, dtype=torch.bool)
     i, j = n, m
     while i > 0 or j > 0:
-        here = table[i][j]
-        if i > 0 and j > 0 and here == table[i - 1][j - 1] + (source[i - 1] != target[j - 1]):
+        here = table[i, j].item()
+        if i > 0 and j > 0 and here == table[i - 1, j - 1].item() + (source[i - 1] != target[j - 1]):
             if source[i - 1] != target[j - 1]:
                 marked[i - 1] = True
             i, j = i - 1, j - 1
-        elif i > 0 and here == table[i - 1][j] + 1:
+        elif i > 0 and here == table[i - 1, j].item() + 1:
             marked[i - 1] = True
             i -= 1
         else:  # insertion of target[j-1] before source token i
             if n > 0:
                 marked[min(i, n - 1)] = True
             j -= 1
-    return torch.tensor(marked, dtype=torch.bool)
+    return marked
 
 
 def closest_revision(source: Sequence[int], revisions: Sequence[Sequence[int]]) -> int:
     """Index of the revision with the smallest edit distance to `source` (the first on ties)."""
     if not revisions:
         raise ValueError("closest_revision needs at least one revision")
-    distances = [int(edit_distance_table(source, r)[-1, -1]) for r in revisions]
+    distances = [edit_distance(source, r) for r in revisions]
     return distances.index(min(distances))
 
 
@@ -117,7 +126,7 @@ class RevisionAdvantage(GroupAdvantage):
         }
         return shaped, metrics
 
-    def loss_mask(self, batch: RolloutBatch) -> tuple[Tensor, Metrics]:
+    def loss_mask(self, batch: RolloutBatch, trace_mask: Tensor | None) -> tuple[Tensor, Metrics]:
         if not self.use_edit_mask:
             return batch.loss_mask, {}
         if batch.edit_mask is None:

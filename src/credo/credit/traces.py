@@ -104,7 +104,7 @@ class EntropySelection(GroupAdvantage):
         share = float(mask.sum() / batch.response_mask.sum().clamp(min=1))
         return mask, {"credit/trace_token_share": share, "credit/entropy_threshold": float(threshold)}
 
-    def loss_mask(self, batch: RolloutBatch) -> tuple[Tensor, Metrics]:
+    def loss_mask(self, batch: RolloutBatch, trace_mask: Tensor | None) -> tuple[Tensor, Metrics]:
         if self.mask_grad == "trace_and_grad":
-            return batch.loss_mask & batch.trace_mask, {}
+            return batch.loss_mask & trace_mask, {}
         return batch.loss_mask, {}
