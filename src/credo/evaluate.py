@@ -1,0 +1,63 @@
+"""Evaluation: greedy pass@1, pass@k from n samples (unbiased estimator), avg@k, per difficulty.
+
+pass@k (Chen et al. 2021, arXiv 2107.03374) from `n >= k` samples of which `c` are correct:
+`1 - C(n-c, k) / C(n, k)`, computed as the product `prod_{i=n-c+1}^{n} (1 - k/i)`, which never forms a
+large binomial. avg@k is the mean accuracy over the samples. Results are fractions in [0, 1], overall
+(the mean over problems) and under `by_difficulty`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k of a problem with `c` correct out of `n` samples (`k <= n`).
+
+    >>> pass_at_k(4, 1, 1), pass_at_k(4, 1, 4), pass_at_k(5, 0, 2)
+    (0.25, 1.0, 0.0)
+    """
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    product = 1.0
+    for i in range(n - c + 1, n + 1):
+        product *= 1.0 - k / i
+    return 1.0 - product
+
+
+def summarise(
+    difficulties: Sequence[str],
+    greedy_correct: Sequence[bool] | None,
+    sample_correct: Sequence[Sequence[bool]] | None,
+    ks: Sequence[int],
+) -> dict:
+    """Overall and per-difficulty metrics from per-problem results.
+
+    `greedy_correct[i]`: problem i's greedy answer was right; `sample_correct[i]`: its n sampled answers.
+    Keys: `greedy_pass@1`, `pass@k` and `avg@n` (n = samples per problem), and `by_difficulty`.
+    """
+    per_problem: list[dict[str, float]] = [{} for _ in difficulties]
+    for i in range(len(difficulties)):
+        if greedy_correct is not None:
+            per_problem[i]["greedy_pass@1"] = float(greedy_correct[i])
+        if sample_correct is not None:
+            outcomes = sample_correct[i]
+            n, c = len(outcomes), sum(bool(x) for x in outcomes)
+            for k in ks:
+                if k <= n:
+                    per_problem[i][f"pass@{k}"] = pass_at_k(n, c, k)
+            per_problem[i][f"avg@{n}"] = c / n
+    result = _mean(per_problem)
+    buckets: dict[str, list[dict[str, float]]] = defaultdict(list)
+    for difficulty, metrics in zip(difficulties, per_problem):
+        buckets[difficulty].append(metrics)
+    result["by_difficulty"] = {d: _mean(rows) | {"problems": len(rows)} for d, rows in sorted(buckets.items())}
+    return result
+
+
+def _mean(rows: list[dict[str, float]]) -> dict:
+    keys = rows[0].keys() if rows else []
+    return {key: sum(r[key] for r in rows) / len(rows) for key in keys}

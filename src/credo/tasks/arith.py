@@ -1,0 +1,270 @@
+"""The testbed task `arith`: multi-step arithmetic chains whose every step can be checked.
+
+A problem is a start value and a chain of operations, evaluated left to right modulo 100:
+
+    prompt    "07+5*3-4?"
+    solution  "+5=12</thought>*3=36</thought>-4=32</thought>\\boxed{32}"
+
+One operation per thought: the operator, the operand, `=`, and the two-digit value. Each step continues
+from the value the previous thought *wrote*, so an early error propagates like a real reasoning error,
+and the step checker knows the first wrong thought of every response.
+
+The noise model (`Noise`) makes the starting policy (see `credo.testbed`) wrong in a way RL can fix:
+*misconceptions* are step types that get one consistent wrong value with probability `p_misc`
+(`carry`: an addition whose units digits carry drops the carry, -10; `borrow`: a subtraction that
+borrows forgets it, +10; `mul7`: a multiplication by 7 is off by +10); every other step slips to a random
+value with probability `p_slip`. Random slips alone spread their mass over many wrong values, so the
+greedy policy is already right wherever it knows the step; systematic misconceptions make the greedy
+mode wrong at exactly those steps (../shared/TESTBED.md, rounds 1-2).
+
+The held-out split is a hash of the prompt (crc32 % 10 == 0): train and eval never share a problem.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from credo.tasks.base import TASKS, THOUGHT_END, Problem, Verdict
+
+MODULUS = 100
+BOXED = "\\boxed{"
+OPS: dict[str, Callable[[int, int], int]] = {
+    "+": lambda a, b: (a + b) % MODULUS,
+    "-": lambda a, b: (a - b) % MODULUS,
+    "*": lambda a, b: (a * b) % MODULUS,
+}
+
+
+@dataclass(frozen=True)
+class Misconception:
+    """A step type with one consistent wrong value: `op` with operand test `applies`, off by `offset`."""
+
+    op: str
+    applies: Callable[[int, int], bool]
+    default_offset: int
+
+
+MISCONCEPTIONS: dict[str, Misconception] = {
+    "carry": Misconception("+", lambda a, b: a % 10 + b % 10 >= 10, -10),
+    "borrow": Misconception("-", lambda a, b: a % 10 < b % 10, +10),
+    "mul7": Misconception("*", lambda a, b: b == 7, +10),
+}
+
+
+class Noise(BaseModel):
+    """How the SFT traces err (the starting policy's errors)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    misconceptions: dict[str, int] = Field(default_factory=lambda: {"carry": -10, "mul7": 10})
+    """Active misconceptions and their value offsets (name -> offset mod 100); names: carry, borrow, mul7."""
+    p_misc: float = Field(0.6, ge=0.0, le=1.0)
+    """Probability that a step of a misconception type takes the misconception's wrong value."""
+    p_slip: float = Field(0.03, ge=0.0, le=1.0)
+    """Probability that any other step slips to a uniformly random wrong value."""
+
+    @field_validator("misconceptions")
+    @classmethod
+    def _known(cls, value: dict[str, int]) -> dict[str, int]:
+        for name, offset in value.items():
+            if name not in MISCONCEPTIONS:
+                raise ValueError(f"unknown misconception {name!r}; known: {', '.join(MISCONCEPTIONS)}")
+            if offset % MODULUS == 0:
+                raise ValueError(f"misconception {name!r} has offset {offset}, which is 0 mod {MODULUS}")
+        return value
+
+
+def misconception_of(op: str, a: int, b: int, active: dict[str, int]) -> str | None:
+    """The active misconception that applies to the step `a op b`, if any."""
+    for name in active:
+        m = MISCONCEPTIONS[name]
+        if m.op == op and m.applies(a, b):
+            return name
+    return None
+
+
+@dataclass(frozen=True)
+class Chain:
+    start: int
+    steps: tuple[tuple[str, int], ...]
+
+    @property
+    def prompt(self) -> str:
+        return f"{self.start:02d}" + "".join(f"{op}{b}" for op, b in self.steps) + "?"
+
+    def values(self) -> list[int]:
+        """The correct value after each step."""
+        out, value = [], self.start
+        for op, b in self.steps:
+            value = OPS[op](value, b)
+            out.append(value)
+        return out
+
+    def misconception_steps(self, active: dict[str, int]) -> int:
+        """How many steps of the correct solution are of an active misconception type."""
+        count, value = 0, self.start
+        for op, b in self.steps:
+            count += misconception_of(op, value, b, active) is not None
+            value = OPS[op](value, b)
+        return count
+
+
+def format_step(op: str, b: int, value: int) -> str:
+    return f"{op}{b}={value:02d}{THOUGHT_END}"
+
+
+def format_answer(value: int) -> str:
+    return f"{BOXED}{value:02d}}}"
+
+
+def solution(chain: Chain) -> str:
+    values = chain.values()
+    return "".join(format_step(op, b, v) for (op, b), v in zip(chain.steps, values)) + format_answer(values[-1])
+
+
+def noisy_solution(chain: Chain, noise: Noise, rng: random.Random) -> tuple[str, int | None]:
+    """A solution trace with the noise model's errors; returns it and its first wrong step (or None)."""
+    parts, written, first_wrong = [], chain.start, None
+    for i, (op, b) in enumerate(chain.steps):
+        right = OPS[op](written, b)
+        kind = misconception_of(op, written, b, noise.misconceptions)
+        value = right
+        if kind is not None:
+            if rng.random() < noise.p_misc:
+                value = (right + noise.misconceptions[kind]) % MODULUS
+        elif rng.random() < noise.p_slip:
+            value = (right + rng.randrange(1, MODULUS)) % MODULUS
+        if value != right and first_wrong is None:
+            first_wrong = i
+        parts.append(format_step(op, b, value))
+        written = value
+    return "".join(parts) + format_answer(written), first_wrong
+
+
+_STEP = re.compile(r"^([+\-*])(\d)=(\d\d)$")
+_ANSWER = re.compile(r"\\boxed\{(\d+)\}")
+
+
+class ArithConfig(BaseModel):
+    """Options of the `arith` testbed task."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = "arith"
+    min_steps: int = Field(2, ge=1, le=12)
+    """Fewest operations in a training chain."""
+    max_steps: int = Field(6, ge=1, le=12)
+    """Most operations in a training chain."""
+    operand_max: int = Field(9, ge=1, le=9)
+    """Operands are drawn from 1 .. operand_max (one digit)."""
+    eval_steps: tuple[int, ...] = (2, 4, 6)
+    """Chain lengths of the held-out evaluation buckets."""
+    eval_per_bucket: int = Field(200, ge=1)
+    """Held-out problems per evaluation bucket."""
+    min_misconception_steps: int = Field(0, ge=0)
+    """Training (and eval) chains need at least this many steps of an active misconception type."""
+    noise: Noise = Noise()
+    """The noise model: which misconceptions exist (also what the step checker calls a misconception)."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ArithConfig:
+        if self.min_steps > self.max_steps:
+            raise ValueError(f"min_steps = {self.min_steps} exceeds max_steps = {self.max_steps}")
+        if self.min_misconception_steps > self.max_steps:
+            raise ValueError("min_misconception_steps exceeds max_steps: no chain could pass the filter")
+        return self
+
+
+def is_held_out(prompt: str) -> bool:
+    return zlib.crc32(prompt.encode()) % 10 == 0
+
+
+@TASKS.register("arith")
+class ArithTask:
+    """The step-verifiable testbed task (see the module docstring)."""
+
+    name = "arith"
+    checks_steps = True
+    Config = ArithConfig
+
+    def __init__(self, config: ArithConfig | None = None) -> None:
+        self.config = config or ArithConfig()
+
+    # ---------------------------------------------------------------------------------- problems
+    def random_chain(self, rng: random.Random, steps: int) -> Chain:
+        ops = list(OPS)
+        return Chain(
+            start=rng.randrange(1, MODULUS),
+            steps=tuple((rng.choice(ops), rng.randint(1, self.config.operand_max)) for _ in range(steps)),
+        )
+
+    def _chains(self, rng: random.Random, steps: Callable[[], int], held_out: bool) -> Iterator[Chain]:
+        active = self.config.noise.misconceptions
+        while True:
+            chain = self.random_chain(rng, steps())
+            if is_held_out(chain.prompt) != held_out:
+                continue
+            if chain.misconception_steps(active) < self.config.min_misconception_steps:
+                continue
+            yield chain
+
+    def problem(self, chain: Chain) -> Problem:
+        return Problem(
+            prompt=chain.prompt,
+            answer=f"{chain.values()[-1]:02d}",
+            difficulty=f"steps={len(chain.steps)}",
+            meta={"chain": chain},
+        )
+
+    def train_problems(self, seed: int, start: int = 0) -> Iterator[Problem]:
+        rng = random.Random(seed)
+        cfg = self.config
+        chains = self._chains(rng, lambda: rng.randint(cfg.min_steps, cfg.max_steps), held_out=False)
+        for index, chain in enumerate(chains):
+            if index >= start:
+                yield self.problem(chain)
+
+    def eval_problems(self) -> list[Problem]:
+        out = []
+        for steps in self.config.eval_steps:
+            rng = random.Random(f"eval-{steps}")
+            chains = self._chains(rng, lambda steps=steps: steps, held_out=True)
+            out.extend(self.problem(next(chains)) for _ in range(self.config.eval_per_bucket))
+        return out
+
+    # ------------------------------------------------------------------------------ verification
+    def verify(self, problem: Problem, response: str) -> Verdict:
+        chain: Chain = problem.meta["chain"]
+        answers = _ANSWER.findall(response)
+        correct = bool(answers) and int(answers[-1]) == int(problem.answer)
+        first_wrong, kind = self.first_wrong_step(chain, response)
+        return Verdict(reward=float(correct), correct=correct, first_wrong_step=first_wrong, error_kind=kind)
+
+    def first_wrong_step(self, chain: Chain, response: str) -> tuple[int | None, str | None]:
+        """The first wrong thought of `response` and what it was, or (None, None) if every step is right.
+
+        Thought `i < n` must be step `i` of the chain applied to the value thought `i-1` wrote; thought `n`
+        must be the boxed last written value, and nothing may follow it.
+        """
+        thoughts = response.split(THOUGHT_END)
+        written = chain.start
+        for i, (op, b) in enumerate(chain.steps):
+            match = _STEP.match(thoughts[i]) if i < len(thoughts) - 1 else None
+            if match is None or match.group(1) != op or int(match.group(2)) != b:
+                return i, "format"
+            value, right = int(match.group(3)), OPS[op](written, b)
+            if value != right:
+                kind = misconception_of(op, written, b, self.config.noise.misconceptions)
+                offset = self.config.noise.misconceptions.get(kind, 0) if kind else 0
+                is_misconception = kind is not None and value == (right + offset) % MODULUS
+                return i, kind if is_misconception else "slip"
+            written = value
+        if len(thoughts) != len(chain.steps) + 1 or thoughts[-1] != format_answer(written):
+            return len(chain.steps), "answer"
+        return None, None

@@ -1,0 +1,61 @@
+"""The task protocol: prompts with ground truth, a verifier, and (where the task can) a step checker.
+
+A task hands the trainer `Problem`s (a user message, its answer, a difficulty bucket) and judges a
+response with `verify`, which returns a `Verdict`: a reward in [0, 1], a boolean `correct`, and, for
+tasks that check steps, the index of the first wrong thought (0-based; thoughts are separated by the
+`</thought>` delimiter). Tasks are registered by name in `TASKS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from credo.registry import Registry
+
+THOUGHT_END = "</thought>"
+"""Delimiter that closes a thought (one reasoning step) in step-checked tasks."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    prompt: str
+    """The user message (the model's chat template is applied by the trainer)."""
+    answer: str
+    """Ground-truth final answer."""
+    difficulty: str = "all"
+    """Bucket for per-difficulty evaluation, e.g. "steps=4"."""
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    """Task-specific data (e.g. the arithmetic chain) that `verify` may use."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    reward: float
+    """In [0, 1]."""
+    correct: bool
+    first_wrong_step: int | None = None
+    """0-based index of the first wrong thought; None when every step is right or the task cannot tell."""
+    error_kind: str | None = None
+    """What the first wrong step was (e.g. a misconception's name, "slip", "format"); None if no wrong step."""
+
+
+class Task(Protocol):
+    name: str
+    checks_steps: bool
+    """Whether `verify` fills `first_wrong_step` (needed by oracle localisers and credit diagnostics)."""
+
+    def train_problems(self, seed: int, start: int = 0) -> Iterator[Problem]:
+        """An endless, seeded stream of training problems, resumable at position `start`."""
+        ...
+
+    def eval_problems(self) -> list[Problem]:
+        """The held-out problems (never in the training stream), with their difficulty buckets."""
+        ...
+
+    def verify(self, problem: Problem, response: str) -> Verdict:
+        ...
+
+
+TASKS: Registry[type] = Registry("task")
