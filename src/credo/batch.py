@@ -34,6 +34,7 @@ from torch import Tensor
 _TOKEN_FLOAT = ("old_logp", "entropy", "ref_logp", "advantages")
 _TOKEN_BOOL = ("response_mask", "loss_mask", "trace_mask", "edit_mask")
 _ROW_FLOAT = ("rewards", "revision_success")
+_PROMPT = ("prompt_ids", "prompt_mask")
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,10 @@ class RolloutBatch:
     """(B, T) float: per-token advantages, written by a credit estimator (zero off `loss_mask`)."""
     trace_mask: Tensor | None = None
     """(B, T) bool subset of `response_mask`: tokens whose ratios enter eligibility traces (S-trace)."""
+    prompt_ids: Tensor | None = None
+    """(B, P) int64: the prompt tokens, left-padded (the trainer's forward pass needs them)."""
+    prompt_mask: Tensor | None = None
+    """(B, P) bool: True on real prompt tokens, a right-aligned suffix of each row."""
 
     def __post_init__(self) -> None:
         if self.loss_mask is None:
@@ -140,10 +145,13 @@ def _validate(batch: RolloutBatch) -> None:
         if value.device != ids.device:
             _fail(f.name, f"is on {value.device} but response_ids is on {ids.device}")
         token_level = f.name in _TOKEN_FLOAT + _TOKEN_BOOL + ("segment_ids",)
-        expected = (B, T) if token_level else (B,)
+        if f.name in _PROMPT:
+            expected = (B, value.shape[-1]) if value.dim() == 2 else (B, "P")
+        else:
+            expected = (B, T) if token_level else (B,)
         if tuple(value.shape) != expected:
             _fail(f.name, f"has shape {tuple(value.shape)}, expected {expected} (B={B}, T={T})")
-        if f.name in _TOKEN_BOOL or f.name == "correct":
+        if f.name in _TOKEN_BOOL or f.name in ("correct", "prompt_mask"):
             if value.dtype != torch.bool:
                 _fail(f.name, f"must be torch.bool, got {value.dtype}")
         elif f.name in _TOKEN_FLOAT + _ROW_FLOAT:
@@ -163,6 +171,15 @@ def _validate(batch: RolloutBatch) -> None:
         mask = getattr(batch, name)
         if mask is not None and (mask & ~response).any():
             _fail(name, f"selects tokens outside response_mask: {_first_position(mask & ~response)}")
+    if (batch.prompt_ids is None) != (batch.prompt_mask is None):
+        _fail("prompt_mask", "prompt_ids and prompt_mask come together (both or neither)")
+    if batch.prompt_ids is not None:
+        if batch.prompt_ids.shape != batch.prompt_mask.shape:
+            _fail("prompt_mask", f"has shape {tuple(batch.prompt_mask.shape)}, prompt_ids {tuple(batch.prompt_ids.shape)}")
+        P = batch.prompt_mask.shape[1]
+        suffix = torch.arange(P, device=ids.device).unsqueeze(0) >= (P - batch.prompt_mask.sum(dim=1)).unsqueeze(1)
+        if not torch.equal(suffix, batch.prompt_mask):
+            _fail("prompt_mask", f"must be right-aligned (left padding): {_first_position(suffix != batch.prompt_mask)}")
     if (batch.group_id < 0).any():
         _fail("group_id", f"must be >= 0: {_first_position(batch.group_id < 0)}")
     if batch.entropy is not None and (batch.entropy < 0).any():

@@ -61,3 +61,47 @@ def summarise(
 def _mean(rows: list[dict[str, float]]) -> dict:
     keys = rows[0].keys() if rows else []
     return {key: sum(r[key] for r in rows) / len(rows) for key in keys}
+
+
+def evaluate_policy(model, tokenizer, task, problems, config, *, max_new_tokens: int, seed: int) -> dict:
+    """Greedy pass@1 and pass@k / avg@n from `config.samples` samples per problem, overall and per difficulty.
+
+    Sampling runs under its own seed (the training RNG stream is left untouched), so evaluations of
+    different runs and methods see the same sampling noise.
+    """
+    import torch
+
+    from credo.rollout.generate import encode_prompts, generate
+
+    was_training = model.training
+    model.eval()
+    prompts = encode_prompts(tokenizer, [p.prompt for p in problems])
+    greedy = samples = None
+    with torch.random.fork_rng(devices=[torch.cuda.current_device()] if torch.cuda.is_available() else []):
+        torch.manual_seed(seed)
+        if config.greedy:
+            out = generate(model, tokenizer, prompts, max_new_tokens=max_new_tokens, greedy=True)
+            greedy = [task.verify(p, text).correct for p, text in zip(problems, out.texts)]
+        if config.samples:
+            n = config.samples
+            out = generate(
+                model, tokenizer, [ids for ids in prompts for _ in range(n)],
+                max_new_tokens=max_new_tokens, temperature=config.temperature,
+            )
+            flat = [task.verify(p, text).correct for p, text in zip((p for p in problems for _ in range(n)), out.texts)]
+            samples = [flat[i * n : (i + 1) * n] for i in range(len(problems))]
+    model.train(was_training)
+    return summarise([p.difficulty for p in problems], greedy, samples, config.ks)
+
+
+def eval_subset(problems, max_problems: int | None):
+    """The first `max_problems` problems of each difficulty bucket (all when None)."""
+    if max_problems is None:
+        return list(problems)
+    seen: dict[str, int] = defaultdict(int)
+    out = []
+    for p in problems:
+        if seen[p.difficulty] < max_problems:
+            out.append(p)
+            seen[p.difficulty] += 1
+    return out

@@ -156,6 +156,15 @@ class PolicyLoss:
         """(B, T) per-token policy loss (before masking and aggregation) and its metrics."""
         raise NotImplementedError
 
+    def normalisers(self, loss_mask: Tensor) -> dict[str, float]:
+        """The denominators of this loss's aggregation over a whole mini-batch, to pass to each of its
+        micro-batches (`num_tokens` / `num_rows` of `__call__`) so that their losses add up exactly."""
+        if self.agg == "token_mean":
+            return {"num_tokens": float(loss_mask.sum().clamp(min=1))}
+        if self.empty_rows == "skip":
+            return {"num_rows": float((loss_mask.sum(dim=1) > 0).sum().clamp(min=1))}
+        return {"num_rows": float(loss_mask.shape[0])}
+
 
 @LOSSES.register("reinforce")
 @dataclass(frozen=True, kw_only=True)

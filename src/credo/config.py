@@ -1,0 +1,228 @@
+"""Typed run configuration: YAML files, command-line overrides, validation before any model is loaded.
+
+`load_config(path, overrides=["optim.lr=1e-5"])` reads a YAML file, applies `key.path=value` overrides
+(values parsed as YAML: numbers, booleans, lists), and validates the result. An unknown key or a bad value
+is a `ConfigError` that names the file, the dotted key and what is allowed; the method's switches are
+checked against the method's own dataclasses the same way.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from credo.methods import get_method
+from credo.tasks import TASKS
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run; the message names where and what."""
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LoraConfig(Section):
+    r: int = Field(16, ge=1)
+    alpha: int = Field(32, ge=1)
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    target_modules: str | list[str] = "all-linear"
+    """peft's target modules ("all-linear" or a list of module names)."""
+
+
+class ModelConfig(Section):
+    path: str = "testbed"
+    """"testbed" (built and cached on first use) or a Hugging Face model directory."""
+    testbed: dict[str, Any] = Field(default_factory=dict)
+    """Overrides of `credo.testbed.TestbedConfig` when path is "testbed"."""
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    """Weights' dtype."""
+    autocast_bf16: bool | None = None
+    """bf16 autocast in forward passes; None: on for CUDA with bf16 support, off on CPU."""
+    attn_implementation: str | None = None
+    """transformers' attention ("eager", "sdpa", ...); None: eager for the testbed (3x faster on CPU for its
+    short padded batches), the model's own choice otherwise."""
+    lora: LoraConfig | None = None
+    """Train LoRA adapters (peft) instead of all weights."""
+
+
+class RolloutConfig(Section):
+    prompts_per_step: int = Field(16, ge=1)
+    """Prompts per rollout batch (groups per optimiser step)."""
+    group_size: int = Field(8, ge=2)
+    """Responses sampled per prompt."""
+    max_new_tokens: int = Field(48, ge=1)
+    temperature: float = Field(1.0, gt=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    stop: list[str] = Field(default_factory=list)
+    """Extra stop strings (the tokenizer's end-of-sequence token always stops)."""
+    generation_batch_size: int = Field(256, ge=1)
+    """Rows generated together (memory bound)."""
+    dynamic_sampling: bool = False
+    """DAPO: drop groups whose rewards are all equal and refill with new prompts."""
+    max_refills: int = Field(3, ge=0)
+    """Extra sampling rounds dynamic sampling may spend to fill the batch."""
+    overlong_buffer: int | None = Field(None, ge=1)
+    """DAPO's soft overlong penalty: the last `overlong_buffer` tokens before max_new_tokens cost up to -1."""
+    reward_errors: Literal["raise", "zero"] = "raise"
+    """A verifier that raises: stop the step showing the prompt ("raise"), or reward 0 with a warning."""
+
+
+class OptimConfig(Section):
+    lr: float = Field(2e-5, gt=0.0)
+    weight_decay: float = Field(0.0, ge=0.0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    grad_clip: float | None = Field(1.0, gt=0.0)
+    warmup_steps: int = Field(0, ge=0)
+    schedule: Literal["constant", "cosine"] = "constant"
+    """Learning-rate schedule after the linear warm-up."""
+    minibatches: int = Field(1, ge=1)
+    """Optimiser steps per epoch over a rollout batch (PPO-style mini-batches)."""
+    epochs: int = Field(1, ge=1)
+    """Passes over each rollout batch."""
+    micro_batch_size: int | None = Field(None, ge=1)
+    """Rows per forward/backward (gradient accumulation inside a mini-batch); None: the whole mini-batch."""
+
+
+class TrainConfig(Section):
+    steps: int = Field(100, ge=1)
+    """Rollout batches (each gives `minibatches * epochs` optimiser steps)."""
+    seed: int = 0
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    eval_every: int = Field(20, ge=1)
+    checkpoint_every: int = Field(50, ge=1)
+    keep_checkpoints: int = Field(2, ge=1)
+    log_samples: int = Field(4, ge=0)
+    """Responses written to samples.jsonl per step (with rewards and per-token advantages)."""
+    max_nan_steps: int = Field(3, ge=1)
+    """Consecutive steps with a non-finite loss (each skipped) after which the run stops."""
+    logprob_chunk: int = Field(1024, ge=1)
+    """Tokens per chunk of the log-prob computation (memory bound of the logits)."""
+
+
+class EvalConfig(Section):
+    greedy: bool = True
+    samples: int = Field(4, ge=0)
+    """Sampled responses per problem for pass@k / avg@k (0: greedy only)."""
+    ks: list[int] = Field(default_factory=lambda: [1, 4])
+    temperature: float = Field(1.0, gt=0.0)
+    max_problems: int | None = Field(None, ge=1)
+    """Use only the first problems of each difficulty bucket (None: all)."""
+
+
+class RunConfig(Section):
+    method: str = "grpo"
+    credit: dict[str, Any] = Field(default_factory=dict)
+    """Overrides of the method's credit-estimator switches (see `credo methods`)."""
+    loss: dict[str, Any] = Field(default_factory=dict)
+    """Overrides of the method's loss switches."""
+    model: ModelConfig = ModelConfig()
+    task: dict[str, Any] = Field(default_factory=lambda: {"name": "arith"})
+    """The task: `name` plus the task's own options."""
+    rollout: RolloutConfig = RolloutConfig()
+    optim: OptimConfig = OptimConfig()
+    train: TrainConfig = TrainConfig()
+    eval: EvalConfig = EvalConfig()
+
+    @field_validator("task", mode="before")
+    @classmethod
+    def _task(cls, options: Any) -> dict[str, Any]:
+        if not isinstance(options, dict):
+            raise ValueError("task must be a mapping with a `name` and the task's options")
+        options = {"name": "arith", **options}
+        task_config(options)
+        return options
+
+    @model_validator(mode="after")
+    def _method(self) -> RunConfig:
+        get_method(self.method, estimator=self.credit, loss=self.loss)
+        if max(self.eval.ks) > max(self.eval.samples, 1):
+            raise ValueError(f"eval.ks {self.eval.ks} needs eval.samples >= {max(self.eval.ks)}")
+        return self
+
+
+def task_config(options: dict[str, Any]) -> BaseModel:
+    """The validated options of the task named by `options["name"]`."""
+    config_class = TASKS.get(options["name"]).Config
+    try:
+        return config_class(**options)
+    except ValidationError as error:
+        problems = []
+        for problem in error.errors():
+            key = ".".join(str(p) for p in problem["loc"])
+            if problem["type"] == "extra_forbidden":
+                problems.append(f"{key}: unknown key; allowed: {', '.join(config_class.model_fields)}")
+            else:
+                problems.append(f"{key + ': ' if key else ''}{problem['msg'].removeprefix('Value error, ')}")
+        raise ValueError("; ".join(problems)) from None
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} must look like key.path=value")
+    key, raw = text.split("=", 1)
+    return key.strip().split("."), yaml.safe_load(raw)
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    for text in overrides:
+        path, value = parse_override(text)
+        node = data
+        for part in path[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"override {text!r}: {part!r} is not a section")
+            node = child
+        node[path[-1]] = value
+    return data
+
+
+def load_config(path: str | Path | None, overrides: list[str] | None = None) -> RunConfig:
+    """Read, override and validate a run configuration (`path` None: all defaults)."""
+    where = str(path) if path is not None else "<defaults>"
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except FileNotFoundError:
+            raise ConfigError(f"config file {where} does not exist") from None
+        except yaml.YAMLError as error:
+            raise ConfigError(f"{where} is not valid YAML: {error}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{where}: the top level must be a mapping of sections")
+    data = apply_overrides(data, overrides or [])
+    return validate(data, where)
+
+
+def validate(data: dict[str, Any], where: str = "<config>") -> RunConfig:
+    try:
+        return RunConfig(**data)
+    except ValidationError as error:
+        lines = []
+        for problem in error.errors():
+            key = ".".join(str(p) for p in problem["loc"]) or "method"
+            message = problem["msg"].removeprefix("Value error, ")
+            if problem["type"] == "extra_forbidden":
+                message = f"unknown key; allowed here: {_allowed(problem['loc'])}"
+            lines.append(f"  {key}: {message}")
+        raise ConfigError(f"invalid config {where}:\n" + "\n".join(lines)) from None
+
+
+def _allowed(loc: tuple) -> str:
+    model: type[BaseModel] = RunConfig
+    for part in loc[:-1]:
+        field = model.model_fields.get(str(part))
+        annotation = getattr(field, "annotation", None)
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            model = annotation
+        else:
+            return "see the documentation of this section"
+    return ", ".join(model.model_fields)
+
+
+def dump(config: RunConfig) -> str:
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)

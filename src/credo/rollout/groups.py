@@ -1,0 +1,149 @@
+"""The i.i.d. group sampler: `group_size` responses per prompt, verified by the task.
+
+Also DAPO's options: dynamic sampling (drop groups whose rewards are all equal, refill with new prompts)
+and the soft overlong penalty. Every generated token is counted in `generated_tokens`, the dropped ones
+too, so methods are compared at equal cost.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from credo.config import RolloutConfig
+from credo.rollout.generate import Completions, encode_prompts, generate, left_pad, right_pad
+from credo.tasks import Problem, Task, Verdict
+
+log = logging.getLogger(__name__)
+
+
+class ProblemStream:
+    """The task's seeded training stream with a position, so a resumed run continues where it stopped."""
+
+    def __init__(self, task: Task, seed: int, position: int = 0) -> None:
+        self.position = position
+        self._problems: Iterator[Problem] = task.train_problems(seed, start=position)
+
+    def take(self, n: int) -> list[Problem]:
+        self.position += n
+        return [next(self._problems) for _ in range(n)]
+
+
+@dataclass
+class Rollout:
+    """Verified responses, one row per response, grouped by prompt."""
+
+    problems: list[Problem]
+    completions: Completions
+    verdicts: list[Verdict]
+    rewards: Tensor  # (N,) float
+    group_id: Tensor  # (N,) int
+    generated_tokens: int
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def verify_all(task: Task, problems: list[Problem], texts: list[str], on_error: str) -> tuple[list[Verdict], int]:
+    """The task's verdict on every response; a verifier that raises stops the step or scores 0."""
+    verdicts, errors = [], 0
+    for problem, text in zip(problems, texts):
+        try:
+            verdicts.append(task.verify(problem, text))
+        except Exception as error:  # a user's verifier may raise anything
+            if on_error == "raise":
+                raise RuntimeError(
+                    f"the {task.name} verifier raised {type(error).__name__}: {error}\n"
+                    f"  prompt:   {problem.prompt!r}\n  response: {text!r}\n"
+                    "(set rollout.reward_errors=zero to score such responses 0 instead)"
+                ) from error
+            log.warning("verifier raised %s on prompt %r; reward 0", type(error).__name__, problem.prompt)
+            verdicts.append(Verdict(reward=0.0, correct=False))
+            errors += 1
+    return verdicts, errors
+
+
+def overlong_penalty(lengths: Tensor, max_new_tokens: int, buffer: int) -> Tensor:
+    """DAPO's soft penalty: 0 up to `max - buffer` tokens, then falling linearly to -1 at `max`."""
+    return -((lengths - (max_new_tokens - buffer)).clamp(min=0) / buffer).clamp(max=1.0)
+
+
+def sample_round(model, tokenizer, task: Task, problems: list[Problem], config: RolloutConfig) -> Rollout:
+    """One round: `group_size` samples for each problem, verified."""
+    rows = [p for p in problems for _ in range(config.group_size)]
+    prompts = encode_prompts(tokenizer, [p.prompt for p in problems])
+    completions = generate(
+        model, tokenizer, [ids for ids in prompts for _ in range(config.group_size)],
+        max_new_tokens=config.max_new_tokens, temperature=config.temperature, top_p=config.top_p,
+        stop=config.stop, batch_size=config.generation_batch_size,
+    )
+    verdicts, errors = verify_all(task, rows, completions.texts, config.reward_errors)
+    rewards = torch.tensor([v.reward for v in verdicts], dtype=torch.float32)
+    if config.overlong_buffer is not None:
+        lengths = completions.response_mask.sum(dim=1)
+        rewards = rewards + overlong_penalty(lengths, config.max_new_tokens, config.overlong_buffer)
+    group_id = torch.arange(len(problems)).repeat_interleave(config.group_size)
+    return Rollout(rows, completions, verdicts, rewards, group_id, completions.tokens, {"rollout/reward_errors": errors})
+
+
+def sample_groups(model, tokenizer, task: Task, stream: ProblemStream, config: RolloutConfig) -> Rollout:
+    """`prompts_per_step` verified groups; with dynamic sampling, groups with equal rewards are replaced
+    by groups of fresh prompts (at most `max_refills` extra rounds; any shortfall is filled with the
+    dropped groups, which carry no gradient)."""
+    rollout = sample_round(model, tokenizer, task, stream.take(config.prompts_per_step), config)
+    if not config.dynamic_sampling:
+        return rollout
+    rounds = [rollout]
+    kept, dropped = _split_constant(rollout, config.group_size)
+    refills = 0
+    while len(kept) < config.prompts_per_step and refills < config.max_refills:
+        extra = sample_round(model, tokenizer, task, stream.take(config.prompts_per_step - len(kept)), config)
+        rounds.append(extra)
+        more_kept, more_dropped = _split_constant(extra, config.group_size)
+        kept += more_kept
+        dropped += more_dropped
+        refills += 1
+    chosen = (kept + dropped)[: config.prompts_per_step]
+    merged = _merge(chosen, config.group_size, tokenizer.pad_token_id)
+    merged.generated_tokens = sum(r.generated_tokens for r in rounds)
+    merged.metrics = {
+        "rollout/reward_errors": sum(r.metrics["rollout/reward_errors"] for r in rounds),
+        "rollout/refills": refills,
+        "rollout/kept_group_share": min(len(kept), config.prompts_per_step) / config.prompts_per_step,
+    }
+    return merged
+
+
+Group = tuple[Rollout, int]
+"""A group as (its rollout, its first row)."""
+
+
+def _split_constant(rollout: Rollout, size: int) -> tuple[list[Group], list[Group]]:
+    kept, dropped = [], []
+    for start in range(0, len(rollout.problems), size):
+        rewards = rollout.rewards[start : start + size]
+        (dropped if bool((rewards == rewards[0]).all()) else kept).append((rollout, start))
+    return kept, dropped
+
+
+def _merge(groups: list[Group], size: int, pad: int) -> Rollout:
+    """One rollout of the chosen groups, with fresh group ids and re-padded tensors."""
+    problems, verdicts, prompts, responses, texts, truncated, rewards = [], [], [], [], [], [], []
+    for rollout, start in groups:
+        c = rollout.completions
+        for row in range(start, start + size):
+            problems.append(rollout.problems[row])
+            verdicts.append(rollout.verdicts[row])
+            prompts.append(c.prompt_ids[row][c.prompt_mask[row]].tolist())
+            responses.append(c.response_ids[row][c.response_mask[row]].tolist())
+            texts.append(c.texts[row])
+            truncated.append(bool(c.truncated[row]))
+            rewards.append(float(rollout.rewards[row]))
+    prompt_ids, prompt_mask = left_pad(prompts, pad)
+    response_ids, response_mask = right_pad(responses, pad)
+    completions = Completions(prompt_ids, prompt_mask, response_ids, response_mask, texts, torch.tensor(truncated))
+    group_id = torch.arange(len(groups)).repeat_interleave(size)
+    return Rollout(problems, completions, verdicts, torch.tensor(rewards), group_id, completions.tokens)
+

@@ -1,0 +1,127 @@
+"""Bring your own data: a JSONL file of `{"prompt": ..., "answer": ...}` lines, graded by the final answer.
+
+The answer of a response is the content of its last `\\boxed{...}` (`match: boxed`), its last number
+(`match: last_number`), or the boxed content when there is one and else the last number (`auto`). It is
+correct when it equals the ground truth as a number (when both parse as numbers) or as a whitespace-trimmed
+string. An optional `difficulty` field buckets the evaluation. A malformed line is an error that names the
+file and the line.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from credo.tasks.base import TASKS, Problem, Verdict
+
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+class JsonlConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = "jsonl"
+    path: str
+    """Training problems, one JSON object per line with "prompt" and "answer" (and optional "difficulty")."""
+    eval_path: str | None = None
+    """Held-out problems; None: hold out `eval_fraction` of `path` (a seeded split)."""
+    eval_fraction: float = Field(0.1, gt=0.0, lt=1.0)
+    match: Literal["auto", "boxed", "last_number"] = "auto"
+
+
+def read_problems(path: str | Path) -> list[Problem]:
+    """Parse a JSONL file; errors name the file and line."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"JSONL task file {path} does not exist")
+    problems = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path}:{number}: not valid JSON ({error.msg})") from None
+        if not isinstance(record, dict) or "prompt" not in record or "answer" not in record:
+            raise ValueError(f'{path}:{number}: each line needs "prompt" and "answer" fields')
+        problems.append(Problem(str(record["prompt"]), str(record["answer"]), str(record.get("difficulty", "all"))))
+    if not problems:
+        raise ValueError(f"{path}: no problems")
+    return problems
+
+
+def extract_answer(response: str, match: str) -> str | None:
+    if match in ("auto", "boxed"):
+        boxed = _last_boxed(response)
+        if boxed is not None or match == "boxed":
+            return boxed
+    numbers = _NUMBER.findall(response)
+    return numbers[-1] if numbers else None
+
+
+def _last_boxed(text: str) -> str | None:
+    """Content of the last `\\boxed{...}`, with nested braces balanced."""
+    start = text.rfind("\\boxed{")
+    if start < 0:
+        return None
+    depth, i = 1, start + len("\\boxed{")
+    for j in range(i, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        if depth == 0:
+            return text[i:j]
+    return None
+
+
+def answers_equal(given: str, truth: str) -> bool:
+    a, b = given.strip().replace(",", ""), truth.strip().replace(",", "")
+    try:
+        return float(a) == float(b)
+    except ValueError:
+        return a == b
+
+
+@TASKS.register("jsonl")
+class JsonlTask:
+    name = "jsonl"
+    checks_steps = False
+    Config = JsonlConfig
+
+    def __init__(self, config: JsonlConfig) -> None:
+        self.config = config
+        problems = read_problems(config.path)
+        if config.eval_path is not None:
+            self.train, self.held_out = problems, read_problems(config.eval_path)
+        else:
+            order = list(range(len(problems)))
+            random.Random(0).shuffle(order)
+            cut = max(1, round(config.eval_fraction * len(problems)))
+            if cut >= len(problems):
+                raise ValueError(f"{config.path}: too few problems to hold out {config.eval_fraction:.0%} for eval")
+            self.held_out = [problems[i] for i in sorted(order[:cut])]
+            self.train = [problems[i] for i in sorted(order[cut:])]
+
+    def train_problems(self, seed: int, start: int = 0) -> Iterator[Problem]:
+        """Epochs over the training problems, each in a fresh seeded order."""
+        rng = random.Random(seed)
+        index = 0
+        while True:
+            order = list(range(len(self.train)))
+            rng.shuffle(order)
+            for i in order:
+                if index >= start:
+                    yield self.train[i]
+                index += 1
+
+    def eval_problems(self) -> list[Problem]:
+        return list(self.held_out)
+
+    def verify(self, problem: Problem, response: str) -> Verdict:
+        given = extract_answer(response, self.config.match)
+        correct = given is not None and answers_equal(given, problem.answer)
+        return Verdict(reward=float(correct), correct=correct)

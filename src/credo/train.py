@@ -1,0 +1,300 @@
+"""The trainer: sample groups -> verify -> credit -> update, one rollout batch per step.
+
+`train(config, run_dir)` reads top to bottom: each step samples `prompts_per_step` groups, verifies them,
+scores the behaviour policy's log-probs and entropies once, runs the method's credit estimator once, then
+takes `minibatches * epochs` optimiser steps with the method's loss. Metrics, samples, evaluations and
+checkpoints follow. `train(..., resume=True)` continues a killed run from its last checkpoint exactly.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+
+from credo.batch import RolloutBatch
+from credo.checkpoint import RunDirectory, TrainState, load_checkpoint, save_checkpoint
+from credo.config import RunConfig, dump
+from credo.evaluate import eval_subset, evaluate_policy
+from credo.io import atomic_directory, write_json_atomic, write_text_atomic
+from credo.methods import Method, get_method
+from credo.models import export_model, load_model
+from credo.policy import policy_logprobs
+from credo.progress import TrainProgress
+from credo.rollout.groups import ProblemStream, Rollout, sample_groups
+from credo.tasks import Task, build_task
+from credo.testbed import warmup_cosine
+
+
+@dataclass
+class Trainer:
+    """Everything a step needs, built once from the config."""
+
+    config: RunConfig
+    run: RunDirectory
+    method: Method
+    task: Task
+    model: torch.nn.Module
+    tokenizer: object
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    device: torch.device
+    autocast: bool
+
+
+def train(config: RunConfig, run_dir, *, resume: bool = False, show_progress: bool = True) -> dict:
+    """Train according to `config` in `run_dir`; returns the summary (also written to summary.json)."""
+    trainer = build_trainer(config, RunDirectory(run_dir))
+    state = start_or_resume(trainer, resume)
+    stream = ProblemStream(trainer.task, config.train.seed, state.data_position)
+    eval_problems = eval_subset(trainer.task.eval_problems(), config.eval.max_problems)
+    if state.step == 0:
+        record_eval(trainer, eval_problems, state)
+    with TrainProgress(config.train.steps, state.step, enabled=show_progress) as progress:
+        while state.step < config.train.steps:
+            started = time.perf_counter()
+            rollout = sample_groups(trainer.model, trainer.tokenizer, trainer.task, stream, config.rollout)
+            generated = time.perf_counter()
+            batch = score(trainer, rollout)
+            batch, credit_metrics = trainer.method.credit(batch)
+            scored = time.perf_counter()
+            update_metrics = update(trainer, batch, state)
+            state.step += 1
+            state.data_position = stream.position
+            state.rollout_tokens += rollout.generated_tokens
+            state.wall_s += time.perf_counter() - started
+            record = step_record(trainer, state, rollout, batch, credit_metrics, update_metrics)
+            record.update({
+                "time/generate_s": generated - started, "time/score_credit_s": scored - generated,
+                "time/update_s": time.perf_counter() - scored, "time/step_s": time.perf_counter() - started,
+            })
+            record["tokens_per_s"] = rollout.generated_tokens / record["time/step_s"]
+            trainer.run.append(trainer.run.metrics_file, record)
+            log_samples(trainer, state.step, rollout, batch)
+            if state.step % config.train.eval_every == 0 or state.step == config.train.steps:
+                record_eval(trainer, eval_problems, state)
+            if state.step % config.train.checkpoint_every == 0 or state.step == config.train.steps:
+                save_checkpoint(trainer.run, trainer.model, trainer.optimizer, trainer.scheduler, state,
+                                config.train.keep_checkpoints)
+            progress.advance(record)
+    return finish(trainer, state)
+
+
+# ------------------------------------------------------------------------------------------- set-up
+def build_trainer(config: RunConfig, run: RunDirectory) -> Trainer:
+    device = pick_device(config.train.device)
+    torch.manual_seed(config.train.seed)
+    method = get_method(config.method, estimator=config.credit, loss=config.loss)
+    task = build_task(config.task)
+    model, tokenizer = load_model(config.model, device)
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    optim = config.optim
+    optimizer = torch.optim.AdamW(params, lr=optim.lr, betas=optim.betas, weight_decay=optim.weight_decay)
+    updates = config.train.steps * optim.minibatches * optim.epochs
+
+    def multiplier(update: int) -> float:
+        if optim.schedule == "cosine":
+            return warmup_cosine(update, updates, optim.warmup_steps)
+        return min(1.0, (update + 1) / optim.warmup_steps) if optim.warmup_steps else 1.0
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, multiplier)
+    autocast = config.model.autocast_bf16
+    if autocast is None:
+        autocast = device.type == "cuda" and torch.cuda.is_bf16_supported()
+    return Trainer(config, run, method, task, model, tokenizer, optimizer, scheduler, device, autocast)
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("train.device = 'cuda' but no CUDA device is available; use 'auto' or 'cpu'")
+    return torch.device(name)
+
+
+def start_or_resume(trainer: Trainer, resume: bool) -> TrainState:
+    run = trainer.run
+    if resume:
+        checkpoint = run.latest_checkpoint()
+        if checkpoint is None:
+            raise FileNotFoundError(f"--resume: {run.root} has no checkpoint to resume from")
+        state = load_checkpoint(checkpoint, trainer.model, trainer.optimizer, trainer.scheduler)
+        run.truncate(state.step)
+        return state
+    if run.metrics_file.exists() or run.latest_checkpoint() is not None:
+        raise FileExistsError(f"{run.root} already holds a run; use --resume to continue it or pick a new --output")
+    run.root.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(run.root / "config.yaml", dump(trainer.config))
+    return TrainState()
+
+
+# ------------------------------------------------------------------------------------------- the step
+def score(trainer: Trainer, rollout: Rollout) -> RolloutBatch:
+    """The rollout as a batch, with the behaviour policy's log-probs and entropies (computed once, no grad)."""
+    c = rollout.completions
+    batch_rows = trainer.config.optim.micro_batch_size or len(rollout.problems)
+    logps, entropies = [], []
+    with torch.no_grad():
+        for start in range(0, len(rollout.problems), batch_rows):
+            rows = slice(start, start + batch_rows)
+            logp, entropy = policy_logprobs(
+                trainer.model, *(t[rows].to(trainer.device) for t in (c.prompt_ids, c.prompt_mask, c.response_ids, c.response_mask)),
+                temperature=trainer.config.rollout.temperature, chunk_tokens=trainer.config.train.logprob_chunk,
+                with_entropy=True, autocast=trainer.autocast,
+            )
+            logps.append(logp.float())
+            entropies.append(entropy.float().clamp(min=0))
+    mask = c.response_mask.to(trainer.device)
+    return RolloutBatch(
+        response_ids=c.response_ids.to(trainer.device),
+        response_mask=mask,
+        group_id=rollout.group_id.to(trainer.device),
+        rewards=rollout.rewards.to(trainer.device),
+        old_logp=torch.where(mask, torch.cat(logps), 0.0),
+        entropy=torch.where(mask, torch.cat(entropies), 0.0),
+        correct=torch.tensor([v.correct for v in rollout.verdicts], device=trainer.device),
+        prompt_ids=c.prompt_ids.to(trainer.device),
+        prompt_mask=c.prompt_mask.to(trainer.device),
+    )
+
+
+def update(trainer: Trainer, batch: RolloutBatch, state: TrainState) -> dict[str, float]:
+    """`epochs` passes of `minibatches` optimiser steps over the credited batch; averaged metrics."""
+    optim = trainer.config.optim
+    totals: dict[str, float] = {}
+    count = 0
+    for _ in range(optim.epochs):
+        order = torch.randperm(batch.size).to(batch.response_ids.device)
+        for rows in order.chunk(optim.minibatches):
+            metrics = optimiser_step(trainer, batch.select(rows), state)
+            for key, value in metrics.items():
+                totals[key] = totals.get(key, 0.0) + value
+            count += 1
+    return {key: value / count for key, value in totals.items()}
+
+
+def optimiser_step(trainer: Trainer, minibatch: RolloutBatch, state: TrainState) -> dict[str, float]:
+    """One optimiser step on a mini-batch, accumulated over micro-batches; a non-finite loss skips it."""
+    config = trainer.config
+    denominators = trainer.method.loss.normalisers(minibatch.loss_mask)
+    micro = config.optim.micro_batch_size or minibatch.size
+    metrics: dict[str, float] = {}
+    finite = True
+    for start in range(0, minibatch.size, micro):
+        part = minibatch.select(slice(start, start + micro))
+        logp, _ = policy_logprobs(
+            trainer.model, part.prompt_ids, part.prompt_mask, part.response_ids, part.response_mask,
+            temperature=config.rollout.temperature, chunk_tokens=config.train.logprob_chunk, autocast=trainer.autocast,
+        )
+        out = trainer.method.policy_loss(logp.float(), part, **denominators)
+        if not torch.isfinite(out.loss):
+            finite = False
+            break
+        out.loss.backward()
+        weight = part.size / minibatch.size
+        for key, value in out.metrics.items():
+            metrics[key] = metrics.get(key, 0.0) + weight * value
+    params = [p for p in trainer.model.parameters() if p.requires_grad]
+    if finite:
+        norm = torch.nn.utils.clip_grad_norm_(params, config.optim.grad_clip or math.inf)
+        finite = bool(torch.isfinite(norm))
+        metrics["grad_norm"] = float(norm)
+    if finite:
+        trainer.optimizer.step()
+        state.nan_streak = 0
+    else:
+        state.nan_streak += 1
+        state.skipped_steps += 1
+        if state.nan_streak >= config.train.max_nan_steps:
+            raise RuntimeError(
+                f"{state.nan_streak} optimiser steps in a row had a non-finite loss or gradient (step {state.step + 1}); "
+                f"stopping. The last checkpoint in {trainer.run.checkpoints} is intact; lower optim.lr or check rewards."
+            )
+    trainer.optimizer.zero_grad(set_to_none=True)
+    trainer.scheduler.step()
+    metrics["optim/skipped"] = float(not finite)
+    return metrics
+
+
+# ------------------------------------------------------------------------------------------- records
+def step_record(trainer: Trainer, state: TrainState, rollout: Rollout, batch: RolloutBatch,
+                credit_metrics: dict, update_metrics: dict) -> dict:
+    lengths = batch.lengths.float()
+    record = {
+        "step": state.step,
+        "rollout_tokens": state.rollout_tokens,
+        "wall_s": state.wall_s,
+        "lr": trainer.scheduler.get_last_lr()[0],
+        "reward/mean": float(rollout.rewards.mean()),
+        "reward/accuracy": sum(v.correct for v in rollout.verdicts) / len(rollout.verdicts),
+        "rollout/tokens": rollout.generated_tokens,
+        "rollout/truncated_share": float(rollout.completions.truncated.float().mean()),
+        "response/length_mean": float(lengths.mean()),
+        "entropy/mean": float(batch.entropy[batch.response_mask].mean()),
+        "optim/skipped_total": state.skipped_steps,
+    }
+    if trainer.task.checks_steps:
+        correct = [v for v in rollout.verdicts if v.correct]
+        lucky = sum(v.first_wrong_step is not None for v in correct)
+        record["verify/lucky_share"] = lucky / len(correct) if correct else 0.0
+    record.update(rollout.metrics)
+    record.update(credit_metrics)
+    record.update(update_metrics)
+    return record
+
+
+def log_samples(trainer: Trainer, step: int, rollout: Rollout, batch: RolloutBatch) -> None:
+    """A few responses per step with their rewards and per-token advantages (the credit they got)."""
+    tokenizer = trainer.tokenizer
+    for row in range(min(trainer.config.train.log_samples, batch.size)):
+        n = int(batch.lengths[row])
+        ids = batch.response_ids[row, :n].tolist()
+        verdict = rollout.verdicts[row]
+        trainer.run.append(trainer.run.samples_file, {
+            "step": step,
+            "prompt": rollout.problems[row].prompt,
+            "response": rollout.completions.texts[row],
+            "reward": float(rollout.rewards[row]),
+            "correct": verdict.correct,
+            "first_wrong_step": verdict.first_wrong_step,
+            "tokens": tokenizer.convert_ids_to_tokens(ids),
+            "advantage": [round(x, 4) for x in batch.advantages[row, :n].tolist()],
+            "loss_mask": batch.loss_mask[row, :n].tolist(),
+        })
+
+
+def record_eval(trainer: Trainer, problems, state: TrainState) -> dict:
+    config = trainer.config
+    result = evaluate_policy(
+        trainer.model, trainer.tokenizer, trainer.task, problems, config.eval,
+        max_new_tokens=config.rollout.max_new_tokens, seed=config.train.seed + 1_000_003 * (state.step + 1),
+    )
+    trainer.run.append(trainer.run.metrics_file, {
+        "step": state.step, "rollout_tokens": state.rollout_tokens, "wall_s": state.wall_s, "eval": result,
+    })
+    return result
+
+
+def finish(trainer: Trainer, state: TrainState) -> dict:
+    from credo.plots import learning_curve
+
+    records = trainer.run.records()
+    evals = [r for r in records if "eval" in r]
+    summary = {
+        "method": trainer.config.method,
+        "steps": state.step,
+        "rollout_tokens": state.rollout_tokens,
+        "wall_s": state.wall_s,
+        "skipped_steps": state.skipped_steps,
+        "eval_start": evals[0]["eval"],
+        "eval_end": evals[-1]["eval"],
+    }
+    with atomic_directory(trainer.run.model_dir) as tmp:
+        export_model(trainer.model, trainer.tokenizer, tmp)
+    write_json_atomic(trainer.run.root / "summary.json", summary)
+    learning_curve(records, trainer.run.plots / "learning_curve.png", title=f"{trainer.config.method} on {trainer.task.name}")
+    return summary
+
