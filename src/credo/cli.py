@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -12,8 +15,130 @@ app = typer.Typer(
     help="credo: credit assignment for RL with verifiable rewards on language models.",
     no_args_is_help=True,
     add_completion=False,
+    pretty_exceptions_enable=False,
 )
+testbed_app = typer.Typer(help="The built-in step-verifiable testbed model.", no_args_is_help=True)
+app.add_typer(testbed_app, name="testbed")
 console = Console()
+
+
+def _quiet_transformers() -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
+def _fail(error: Exception) -> None:
+    console.print(f"[bold red]error:[/bold red] {error}")
+    raise typer.Exit(2)
+
+
+@app.command()
+def train(
+    config: Path = typer.Argument(None, help="YAML run config (default: all defaults, GRPO on the testbed)."),
+    output: Path = typer.Option(None, "--output", "-o", help="Run directory (default: runs/<method>)."),
+    overrides: list[str] = typer.Option([], "--set", help="Override a config key, e.g. --set optim.lr=1e-5."),
+    resume: Path = typer.Option(None, "--resume", help="Continue the run in this directory from its last checkpoint."),
+) -> None:
+    """Train with RL: sample groups, verify, assign credit, update; evaluate at the start, every N steps and at the end."""
+    from credo.config import ConfigError, load_config
+
+    _quiet_transformers()
+    try:
+        if resume is not None:
+            run_config = load_config(resume / "config.yaml", overrides)
+            run_dir = resume
+        else:
+            run_config = load_config(config, overrides)
+            run_dir = output or Path("runs") / run_config.method
+    except (ConfigError, FileNotFoundError) as error:
+        _fail(error)
+    from credo.train import train as run_training
+
+    console.print(f"[bold]credo train[/bold] method={run_config.method} task={run_config.task['name']} -> {run_dir}")
+    try:
+        summary = run_training(run_config, run_dir, resume=resume is not None)
+    except (FileExistsError, FileNotFoundError, ValueError) as error:
+        _fail(error)
+    print_summary(summary, run_dir)
+
+
+def print_summary(summary: dict, run_dir: Path) -> None:
+    start, end = summary["eval_start"], summary["eval_end"]
+    table = Table(title=f"{summary['method']}: held-out accuracy, start -> end ({summary['steps']} steps, "
+                        f"{summary['rollout_tokens']:,} rollout tokens, {summary['wall_s']:.0f} s)")
+    table.add_column("difficulty")
+    metrics = [k for k in start if k != "by_difficulty"]
+    for key in metrics:
+        table.add_column(key, justify="right")
+    rows = [(d, start["by_difficulty"][d], end["by_difficulty"][d]) for d in start["by_difficulty"]]
+    for name, a, b in rows + [("all", start, end)]:
+        table.add_row(name, *(f"{a[k]:.3f} -> {b[k]:.3f}" for k in metrics))
+    console.print(table)
+    console.print(f"learning curve: {run_dir / 'plots' / 'learning_curve.png'}   summary: {run_dir / 'summary.json'}")
+
+
+@app.command("eval")
+def evaluate(
+    target: Path = typer.Argument(..., help="A run directory (its final model) or a Hugging Face model directory."),
+    overrides: list[str] = typer.Option([], "--set", help="Override eval/task keys, e.g. --set eval.samples=8."),
+) -> None:
+    """Evaluate a model on its task's held-out problems: greedy pass@1, pass@k, avg@k, per difficulty."""
+    from credo.config import ConfigError, load_config
+
+    _quiet_transformers()
+    is_run = (target / "config.yaml").exists()
+    try:
+        run_config = load_config(target / "config.yaml" if is_run else None, overrides)
+    except ConfigError as error:
+        _fail(error)
+    import torch
+
+    from credo.config import ModelConfig
+    from credo.evaluate import eval_subset, evaluate_policy
+    from credo.models import load_model
+    from credo.tasks import build_task
+    from credo.train import pick_device
+
+    model_dir = target / "model" if is_run else target
+    try:
+        model, tokenizer = load_model(ModelConfig(path=str(model_dir)), pick_device(run_config.train.device))
+    except FileNotFoundError as error:
+        _fail(error)
+    task = build_task(run_config.task)
+    problems = eval_subset(task.eval_problems(), run_config.eval.max_problems)
+    with torch.no_grad():
+        result = evaluate_policy(model, tokenizer, task, problems, run_config.eval,
+                                 max_new_tokens=run_config.rollout.max_new_tokens, seed=run_config.train.seed)
+    table = Table(title=f"{model_dir} on {task.name}")
+    table.add_column("difficulty")
+    metrics = [k for k in result if k != "by_difficulty"]
+    for key in metrics:
+        table.add_column(key, justify="right")
+    for name, values in list(result["by_difficulty"].items()) + [("all", result)]:
+        table.add_row(name, *(f"{values[k]:.3f}" for k in metrics))
+    console.print(table)
+    console.print_json(json.dumps(result))
+
+
+@testbed_app.command("build")
+def testbed_build(
+    overrides: list[str] = typer.Option([], "--set", help="Override a TestbedConfig key, e.g. --set steps=800."),
+    force: bool = typer.Option(False, help="Rebuild even if a cached model exists."),
+) -> None:
+    """Train the testbed model by SFT (cached by its config's hash) and report its start accuracy."""
+    from credo.config import apply_overrides
+    from credo.testbed import TestbedConfig, build_testbed
+
+    _quiet_transformers()
+    try:
+        config = TestbedConfig(**apply_overrides({}, overrides))
+    except ValueError as error:
+        _fail(error)
+    path = build_testbed(config, force=force, log=console.print)
+    console.print(f"testbed model: {path}")
+    evaluate(path, [])
 
 
 @app.command()

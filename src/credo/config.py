@@ -8,14 +8,28 @@ checked against the method's own dataclasses the same way.
 
 from __future__ import annotations
 
+import re
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator, model_validator
 
 from credo.methods import get_method
 from credo.tasks import TASKS
+
+
+class YamlLoader(yaml.SafeLoader):
+    """YAML 1.1's safe loader, but `1e-5` is a float (PyYAML reads exponents without a dot as strings)."""
+
+
+YamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)?(?:\.[0-9_]*)?[eE][-+]?[0-9]+$|^[-+]?[0-9][0-9_]*\.[0-9_]*$|^[-+]?\.[0-9_]+$"
+               r"|^[-+]?\.(?:inf|Inf|INF)$|^\.(?:nan|NaN|NAN)$"),
+    list("-+0123456789."),
+)
 
 
 class ConfigError(ValueError):
@@ -108,7 +122,8 @@ class EvalConfig(Section):
     greedy: bool = True
     samples: int = Field(4, ge=0)
     """Sampled responses per problem for pass@k / avg@k (0: greedy only)."""
-    ks: list[int] = Field(default_factory=lambda: [1, 4])
+    ks: list[PositiveInt] = Field(default_factory=lambda: [1, 4], min_length=1)
+    """k of the pass@k metrics (each at most `samples`; unused when samples is 0)."""
     temperature: float = Field(1.0, gt=0.0)
     max_problems: int | None = Field(None, ge=1)
     """Use only the first problems of each difficulty bucket (None: all)."""
@@ -140,7 +155,7 @@ class RunConfig(Section):
     @model_validator(mode="after")
     def _method(self) -> RunConfig:
         get_method(self.method, estimator=self.credit, loss=self.loss)
-        if max(self.eval.ks) > max(self.eval.samples, 1):
+        if self.eval.samples and max(self.eval.ks) > self.eval.samples:
             raise ValueError(f"eval.ks {self.eval.ks} needs eval.samples >= {max(self.eval.ks)}")
         return self
 
@@ -165,7 +180,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if "=" not in text:
         raise ConfigError(f"override {text!r} must look like key.path=value")
     key, raw = text.split("=", 1)
-    return key.strip().split("."), yaml.safe_load(raw)
+    return key.strip().split("."), yaml.load(raw, Loader=YamlLoader)
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -187,7 +202,7 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
     data: dict[str, Any] = {}
     if path is not None:
         try:
-            data = yaml.safe_load(Path(path).read_text()) or {}
+            data = yaml.load(Path(path).read_text(), Loader=YamlLoader) or {}
         except FileNotFoundError:
             raise ConfigError(f"config file {where} does not exist") from None
         except yaml.YAMLError as error:
@@ -204,7 +219,7 @@ def validate(data: dict[str, Any], where: str = "<config>") -> RunConfig:
     except ValidationError as error:
         lines = []
         for problem in error.errors():
-            key = ".".join(str(p) for p in problem["loc"]) or "method"
+            key = ".".join(str(p) for p in problem["loc"]) or "config"
             message = problem["msg"].removeprefix("Value error, ")
             if problem["type"] == "extra_forbidden":
                 message = f"unknown key; allowed here: {_allowed(problem['loc'])}"
@@ -216,11 +231,11 @@ def _allowed(loc: tuple) -> str:
     model: type[BaseModel] = RunConfig
     for part in loc[:-1]:
         field = model.model_fields.get(str(part))
-        annotation = getattr(field, "annotation", None)
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            model = annotation
-        else:
+        candidates = typing.get_args(field.annotation) or (field.annotation,) if field else ()
+        sections = [c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)]
+        if not sections:
             return "see the documentation of this section"
+        model = sections[0]
     return ", ".join(model.model_fields)
 
 

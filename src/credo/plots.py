@@ -23,7 +23,8 @@ def learning_curve(records: list[dict], path: Path, *, title: str) -> Path:
             left.plot(*zip(*points), marker="o", label=label)
     left.set(xlabel="step (rollout batches)", ylabel="held-out accuracy", ylim=(0, 1), title=title)
     left.grid(alpha=0.3)
-    left.legend()
+    if left.lines:
+        left.legend()
     if steps:
         right.plot([r["step"] for r in steps], [r["reward/mean"] for r in steps], alpha=0.4, label="reward")
         window = max(1, len(steps) // 20)

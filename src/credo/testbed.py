@@ -61,6 +61,8 @@ class TestbedConfig(BaseModel):
     steps: int = Field(1000, ge=1)
     """SFT optimiser steps."""
     batch_size: int = Field(128, ge=1)
+    micro_batches: int = Field(4, ge=1)
+    """Each batch is sorted by length and cut into this many micro-batches (less padding, same gradient)."""
     lr: float = Field(3e-3, gt=0)
     warmup_steps: int = Field(50, ge=0)
     seed: int = 0
@@ -108,26 +110,56 @@ def new_model(config: TestbedModel, tokenizer):
     return LlamaForCausalLM(llama)
 
 
-def sft_batch(task: ArithTask, tokenizer, rng: random.Random, size: int) -> dict[str, torch.Tensor]:
-    """`size` noisy traces of one chain length (no padding waste), labels on the response and its end."""
+def sft_examples(task: ArithTask, tokenizer, rng: random.Random, size: int) -> list[tuple[list[int], list[int]]]:
+    """`size` noisy traces of chain lengths drawn per example, as (prompt ids, response ids + end token).
+
+    Every batch mixes all chain lengths: batches of one length each (cheaper to pad) trained far worse
+    (greedy 4% vs 30% on 2-step chains after 400 steps), so lengths are mixed and `micro_batches` (below)
+    cut the padding instead.
+    """
     prompt_texts, responses = [], []
-    steps = rng.randint(task.config.min_steps, task.config.max_steps)
     for _ in range(size):
-        chain = task.random_chain(rng, steps)
+        chain = task.random_chain(rng, rng.randint(task.config.min_steps, task.config.max_steps))
         prompt_texts.append(chat_prompt(tokenizer, chain.prompt))
         responses.append(noisy_solution(chain, task.config.noise, rng)[0] + END)
     prompts = tokenizer(prompt_texts, add_special_tokens=False)["input_ids"]
     answers = tokenizer(responses, add_special_tokens=False)["input_ids"]
-    width = max(len(p) + len(a) for p, a in zip(prompts, answers))
-    ids = torch.full((size, width), tokenizer.pad_token_id)
-    labels = torch.full((size, width), -100)
-    mask = torch.zeros(size, width, dtype=torch.long)
-    for row, (p, a) in enumerate(zip(prompts, answers)):
-        n = len(p) + len(a)
-        ids[row, :n] = torch.tensor(p + a)
-        labels[row, len(p) : n] = torch.tensor(a)
-        mask[row, :n] = 1
-    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+    return list(zip(prompts, answers))
+
+
+def micro_batches(examples: list[tuple[list[int], list[int]]], parts: int, pad: int) -> list[dict[str, torch.Tensor]]:
+    """The examples sorted by length and cut into `parts` right-padded micro-batches, each padded only to
+    its own longest sequence; labels (-100 elsewhere) on the response tokens."""
+    ordered = sorted(examples, key=lambda e: len(e[0]) + len(e[1]))
+    size = -(-len(ordered) // parts)
+    out = []
+    for start in range(0, len(ordered), size):
+        chunk = ordered[start : start + size]
+        width = max(len(p) + len(a) for p, a in chunk)
+        ids = torch.full((len(chunk), width), pad)
+        labels = torch.full((len(chunk), width), -100)
+        mask = torch.zeros(len(chunk), width, dtype=torch.long)
+        for row, (p, a) in enumerate(chunk):
+            n = len(p) + len(a)
+            ids[row, :n] = torch.tensor(p + a)
+            labels[row, len(p) : n] = torch.tensor(a)
+            mask[row, :n] = 1
+        out.append({"input_ids": ids, "attention_mask": mask, "labels": labels})
+    return out
+
+
+def sft_step(model, batches: list[dict[str, torch.Tensor]]) -> float:
+    """Accumulate the gradient of the mean cross-entropy over all response tokens of the micro-batches."""
+    total = sum(int((b["labels"] != -100).sum()) for b in batches)
+    value = 0.0
+    for b in batches:
+        logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits[:, :-1]
+        loss = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), b["labels"][:, 1:].reshape(-1), ignore_index=-100, reduction="sum"
+        ) / total
+        loss.backward()
+        value += loss.item()
+    return value
 
 
 def chat_prompt(tokenizer, user_message: str) -> str:
@@ -170,15 +202,15 @@ def build_testbed(
     start = time.perf_counter()
     model.train()
     for step in range(config.steps):
-        loss = model(**sft_batch(task, tokenizer, rng, config.batch_size)).loss
-        loss.backward()
+        examples = sft_examples(task, tokenizer, rng, config.batch_size)
+        loss = sft_step(model, micro_batches(examples, config.micro_batches, tokenizer.pad_token_id))
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
         if (step + 1) % 100 == 0 or step + 1 == config.steps:
             elapsed = time.perf_counter() - start
-            log(f"  sft step {step + 1}/{config.steps}  loss {loss.item():.4f}  {elapsed:.0f}s")
+            log(f"  sft step {step + 1}/{config.steps}  loss {loss:.4f}  {elapsed:.0f}s")
     model.eval()
     with atomic_directory(target) as tmp:
         model.save_pretrained(tmp)

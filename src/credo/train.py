@@ -204,6 +204,7 @@ def optimiser_step(trainer: Trainer, minibatch: RolloutBatch, state: TrainState)
         metrics["grad_norm"] = float(norm)
     if finite:
         trainer.optimizer.step()
+        trainer.scheduler.step()
         state.nan_streak = 0
     else:
         state.nan_streak += 1
@@ -214,7 +215,6 @@ def optimiser_step(trainer: Trainer, minibatch: RolloutBatch, state: TrainState)
                 f"stopping. The last checkpoint in {trainer.run.checkpoints} is intact; lower optim.lr or check rewards."
             )
     trainer.optimizer.zero_grad(set_to_none=True)
-    trainer.scheduler.step()
     metrics["optim/skipped"] = float(not finite)
     return metrics
 

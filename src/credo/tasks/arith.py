@@ -33,6 +33,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from credo.tasks.base import TASKS, THOUGHT_END, Problem, Verdict
 
 MODULUS = 100
+MAX_DRAWS = 100_000
+"""Consecutive rejected draws after which a chain filter is declared unsatisfiable."""
 BOXED = "\\boxed{"
 OPS: dict[str, Callable[[int, int], int]] = {
     "+": lambda a, b: (a + b) % MODULUS,
@@ -163,6 +165,8 @@ class ArithConfig(BaseModel):
     """Most operations in a training chain."""
     operand_max: int = Field(9, ge=1, le=9)
     """Operands are drawn from 1 .. operand_max (one digit)."""
+    start_max: int = Field(9, ge=1, le=99)
+    """Start values are drawn from 1 .. start_max."""
     eval_steps: tuple[int, ...] = (2, 4, 6)
     """Chain lengths of the held-out evaluation buckets."""
     eval_per_bucket: int = Field(200, ge=1)
@@ -176,8 +180,13 @@ class ArithConfig(BaseModel):
     def _ordered(self) -> ArithConfig:
         if self.min_steps > self.max_steps:
             raise ValueError(f"min_steps = {self.min_steps} exceeds max_steps = {self.max_steps}")
-        if self.min_misconception_steps > self.max_steps:
-            raise ValueError("min_misconception_steps exceeds max_steps: no chain could pass the filter")
+        if self.min_misconception_steps > min(self.max_steps, *self.eval_steps):
+            raise ValueError(
+                f"min_misconception_steps = {self.min_misconception_steps} exceeds the length of some chains "
+                f"(max_steps {self.max_steps}, eval_steps {list(self.eval_steps)}): no chain could pass the filter"
+            )
+        if self.min_misconception_steps and not self.noise.misconceptions:
+            raise ValueError("min_misconception_steps > 0 needs at least one misconception in noise.misconceptions")
         return self
 
 
@@ -200,18 +209,25 @@ class ArithTask:
     def random_chain(self, rng: random.Random, steps: int) -> Chain:
         ops = list(OPS)
         return Chain(
-            start=rng.randrange(1, MODULUS),
+            start=rng.randint(1, self.config.start_max),
             steps=tuple((rng.choice(ops), rng.randint(1, self.config.operand_max)) for _ in range(steps)),
         )
 
     def _chains(self, rng: random.Random, steps: Callable[[], int], held_out: bool) -> Iterator[Chain]:
+        """Chains of the split that pass the misconception filter (an error if the filter starves)."""
         active = self.config.noise.misconceptions
+        misses = 0
         while True:
             chain = self.random_chain(rng, steps())
-            if is_held_out(chain.prompt) != held_out:
+            if is_held_out(chain.prompt) != held_out or chain.misconception_steps(active) < self.config.min_misconception_steps:
+                misses += 1
+                if misses > MAX_DRAWS:
+                    raise ValueError(
+                        f"arith: {MAX_DRAWS} draws in a row failed the filters (held-out split, "
+                        f"min_misconception_steps = {self.config.min_misconception_steps}); relax the task config"
+                    )
                 continue
-            if chain.misconception_steps(active) < self.config.min_misconception_steps:
-                continue
+            misses = 0
             yield chain
 
     def problem(self, chain: Chain) -> Problem:
@@ -231,11 +247,17 @@ class ArithTask:
                 yield self.problem(chain)
 
     def eval_problems(self) -> list[Problem]:
+        """`eval_per_bucket` distinct held-out problems per chain length in `eval_steps`."""
         out = []
         for steps in self.config.eval_steps:
             rng = random.Random(f"eval-{steps}")
-            chains = self._chains(rng, lambda steps=steps: steps, held_out=True)
-            out.extend(self.problem(next(chains)) for _ in range(self.config.eval_per_bucket))
+            seen: set[str] = set()
+            for chain in self._chains(rng, lambda steps=steps: steps, held_out=True):
+                if chain.prompt not in seen:
+                    seen.add(chain.prompt)
+                    out.append(self.problem(chain))
+                if len(seen) == self.config.eval_per_bucket:
+                    break
         return out
 
     # ------------------------------------------------------------------------------ verification

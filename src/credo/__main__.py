@@ -1,0 +1,5 @@
+"""`python -m credo` is the `credo` command."""
+
+from credo.cli import app
+
+app()

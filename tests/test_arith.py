@@ -1,0 +1,440 @@
+"""The `arith` testbed task: chains, the noise model, the step checker, the held-out split, the config."""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+import zlib
+from itertools import islice
+
+import pytest
+from pydantic import ValidationError
+
+from credo.tasks.arith import ArithConfig, ArithTask, Chain, Noise, misconception_of, noisy_solution, solution
+from credo.tasks.base import THOUGHT_END
+
+ALL3 = {"carry": -10, "borrow": 10, "mul7": 10}
+
+# ------------------------------------------------------------------------------------------ references
+
+
+def ref_apply(op: str, a: int, b: int) -> int:
+    if op == "+":
+        return (a + b) % 100
+    if op == "-":
+        return (a - b) % 100
+    assert op == "*"
+    return (a * b) % 100
+
+
+def ref_misconception(op: str, a: int, b: int, active: dict[str, int]) -> str | None:
+    """carry: units digits sum to >= 10; borrow: units digit of a below b's; mul7: times 7."""
+    if op == "+" and "carry" in active and a % 10 + b % 10 >= 10:
+        return "carry"
+    if op == "-" and "borrow" in active and a % 10 < b % 10:
+        return "borrow"
+    if op == "*" and "mul7" in active and b == 7:
+        return "mul7"
+    return None
+
+
+def ref_values(start: int, steps) -> list[int]:
+    out, value = [], start
+    for op, b in steps:
+        value = ref_apply(op, value, b)
+        out.append(value)
+    return out
+
+
+def ref_trace(steps, values) -> str:
+    text = ""
+    for (op, b), v in zip(steps, values):
+        text += op + str(b) + "=" + str(v // 10) + str(v % 10) + "</thought>"
+    last = values[-1]
+    return text + "\\boxed{" + str(last // 10) + str(last % 10) + "}"
+
+
+def random_chains(count: int, seed: int, max_len: int = 6) -> list[Chain]:
+    rng = random.Random(seed)
+    return [
+        Chain(rng.randint(1, 99), tuple((rng.choice("+-*"), rng.randint(1, 9)) for _ in range(rng.randint(1, max_len))))
+        for _ in range(count)
+    ]
+
+
+def task_all3() -> ArithTask:
+    return ArithTask(ArithConfig(noise=Noise(misconceptions=ALL3)))
+
+
+# ------------------------------------------------------------------------------------------ chains
+
+
+def test_docstring_example():
+    chain = Chain(7, (("+", 5), ("*", 3), ("-", 4)))
+    # 7+5 = 12; 12*3 = 36; 36-4 = 32
+    assert chain.prompt == "07+5*3-4?"
+    assert chain.values() == [12, 36, 32]
+    assert solution(chain) == "+5=12</thought>*3=36</thought>-4=32</thought>\\boxed{32}"
+
+
+def test_values_wrap_modulo_100():
+    chain = Chain(95, (("+", 9), ("-", 7), ("*", 9)))
+    # 95+9 = 104 -> 04; 4-7 = -3 -> 97; 97*9 = 873 -> 73
+    assert chain.values() == [4, 97, 73]
+    assert solution(chain) == "+9=04</thought>-7=97</thought>*9=73</thought>\\boxed{73}"
+
+
+def test_values_and_solution_match_loop_reference():
+    for chain in random_chains(300, seed=1):
+        values = ref_values(chain.start, chain.steps)
+        assert chain.values() == values
+        assert solution(chain) == ref_trace(chain.steps, values)
+        assert chain.prompt == f"{chain.start:02d}" + "".join(op + str(b) for op, b in chain.steps) + "?"
+
+
+# ------------------------------------------------------------------------------------------ misconceptions
+
+
+@pytest.mark.parametrize(
+    ("op", "a", "b", "expected"),
+    [
+        ("+", 15, 9, "carry"),  # 5 + 9 = 14 >= 10
+        ("+", 15, 4, None),  # 5 + 4 = 9
+        ("+", 15, 5, "carry"),  # 5 + 5 = 10: the edge carries
+        ("+", 90, 9, None),  # 0 + 9 = 9 (the tens digit is irrelevant)
+        ("-", 23, 7, "borrow"),  # 3 < 7
+        ("-", 27, 3, None),  # 7 >= 3
+        ("-", 27, 7, None),  # 7 == 7: no borrow at the edge
+        ("*", 12, 7, "mul7"),
+        ("*", 12, 6, None),
+        ("*", 15, 9, None),  # carry is for "+" only
+        ("-", 15, 9, "borrow"),  # 5 < 9
+    ],
+)
+def test_misconception_of_hand_cases(op, a, b, expected):
+    assert misconception_of(op, a, b, ALL3) == expected
+
+
+def test_misconception_of_ignores_inactive_ones():
+    assert misconception_of("+", 15, 9, {"mul7": 10}) is None
+    assert misconception_of("-", 23, 7, {"carry": -10, "mul7": 10}) is None
+    assert misconception_of("*", 3, 7, {"carry": -10}) is None
+
+
+def test_misconception_of_matches_reference_exhaustively():
+    for active in (ALL3, {"carry": -10}, {"borrow": 5, "mul7": 3}, {}):
+        for op in "+-*":
+            for a in range(100):
+                for b in range(1, 10):
+                    assert misconception_of(op, a, b, active) == ref_misconception(op, a, b, active), (op, a, b)
+
+
+def test_misconception_steps_counts_on_the_correct_values():
+    for chain in random_chains(300, seed=2):
+        count, value = 0, chain.start
+        for op, b in chain.steps:
+            count += ref_misconception(op, value, b, ALL3) is not None
+            value = ref_apply(op, value, b)
+        assert chain.misconception_steps(ALL3) == count
+
+
+# ------------------------------------------------------------------------------------------ noise model
+
+
+@pytest.mark.parametrize("offsets", [ALL3, {"carry": -11, "borrow": 13, "mul7": 37}, {"carry": 50}])
+def test_noisy_solution_always_misconceived(offsets):
+    """p_misc = 1, p_slip = 0: each misconception step (judged on the *written* value) takes right + offset."""
+    noise = Noise(misconceptions=offsets, p_misc=1.0, p_slip=0.0)
+    for k, chain in enumerate(random_chains(400, seed=3)):
+        written, values, first = chain.start, [], None
+        for i, (op, b) in enumerate(chain.steps):
+            right = ref_apply(op, written, b)
+            kind = ref_misconception(op, written, b, offsets)
+            value = (right + offsets[kind]) % 100 if kind else right
+            if kind and first is None:
+                first = i
+            values.append(value)
+            written = value
+        assert noisy_solution(chain, noise, random.Random(k)) == (ref_trace(chain.steps, values), first)
+
+
+def test_noisy_solution_continues_from_the_written_value():
+    # 16+9 = 25 carries (6+9 >= 10); with offset -11 the trace writes 14. Then 14-5 borrows (4 < 5) while the
+    # correct 25-5 would not (5 >= 5): right from 14 is 09, misconceived 09+13 = 22; boxed 22.
+    chain = Chain(16, (("+", 9), ("-", 5)))
+    noise = Noise(misconceptions={"carry": -11, "borrow": 13}, p_misc=1.0, p_slip=0.0)
+    assert noisy_solution(chain, noise, random.Random(0)) == ("+9=14</thought>-5=22</thought>\\boxed{22}", 0)
+
+
+def test_noisy_solution_without_noise_is_the_solution():
+    noise = Noise(misconceptions=ALL3, p_misc=0.0, p_slip=0.0)
+    for k, chain in enumerate(random_chains(200, seed=4)):
+        assert noisy_solution(chain, noise, random.Random(k)) == (solution(chain), None)
+
+
+def test_slips_hit_only_ordinary_steps_and_always_change_the_value():
+    # p_misc = 0, p_slip = 1: misconception-type steps stay right; every other step is wrong.
+    noise = Noise(misconceptions=ALL3, p_misc=0.0, p_slip=1.0)
+    chain = Chain(15, (("+", 9),))  # a carry step: not slipped
+    assert noisy_solution(chain, noise, random.Random(0)) == ("+9=24</thought>\\boxed{24}", None)
+    chain = Chain(15, (("+", 4),))  # ordinary: 15+4 = 19, always slipped to another value
+    for seed in range(300):
+        trace, first = noisy_solution(chain, noise, random.Random(seed))
+        value = int(re.fullmatch(r"\+4=(\d\d)</thought>\\boxed\{(\d\d)\}", trace).group(1))
+        assert value != 19 and first == 0
+
+
+def _binomial_ok(hits: int, n: int, p: float) -> bool:
+    """Within 4.5 standard deviations (false alarm ~7e-6 per check)."""
+    return abs(hits / n - p) <= 4.5 * math.sqrt(p * (1 - p) / n)
+
+
+@pytest.mark.parametrize(("chain", "p"), [(Chain(15, (("+", 9),)), 0.3), (Chain(15, (("+", 4),)), 0.2)])
+def test_one_step_error_rate(chain, p):
+    """One step: P(wrong) is p_misc on a carry step (15+9) and p_slip on an ordinary one (15+4)."""
+    noise = Noise(misconceptions=ALL3, p_misc=0.3, p_slip=0.2)
+    n = 3000
+    wrong = sum(noisy_solution(chain, noise, random.Random(seed))[1] is not None for seed in range(n))
+    assert _binomial_ok(wrong, n, p), wrong / n
+
+
+def test_first_wrong_step_distribution_on_a_mul7_chain():
+    """With only mul7 active, whether a step is a misconception step depends on its operand alone.
+
+    Chain 3 *7 *2 *7, p_misc = pm = 0.3, p_slip = ps = 0.2:
+      P(first = 0) = pm = 0.3
+      P(first = 1) = (1-pm) ps = 0.7 * 0.2 = 0.14
+      P(first = 2) = (1-pm)(1-ps) pm = 0.7 * 0.8 * 0.3 = 0.168
+      P(None)      = (1-pm)^2 (1-ps) = 0.49 * 0.8 = 0.392      (sums to 1)
+    """
+    chain = Chain(3, (("*", 7), ("*", 2), ("*", 7)))
+    noise = Noise(misconceptions={"mul7": 10}, p_misc=0.3, p_slip=0.2)
+    n = 3000
+    counts = {0: 0, 1: 0, 2: 0, None: 0}
+    for seed in range(n):
+        counts[noisy_solution(chain, noise, random.Random(seed))[1]] += 1
+    for first, p in {0: 0.3, 1: 0.14, 2: 0.168, None: 0.392}.items():
+        assert _binomial_ok(counts[first], n, p), (first, counts)
+
+
+# ------------------------------------------------------------------------------------------ step checker
+
+# 15+9 = 24 (carry: 5+9 >= 10); 24*2 = 48; 48-7 = 41 (8 >= 7: no borrow)
+CHAIN = Chain(15, (("+", 9), ("*", 2), ("-", 7)))
+RIGHT = "+9=24</thought>*2=48</thought>-7=41</thought>\\boxed{41}"
+
+
+def _problem(chain=CHAIN):
+    return task_all3().problem(chain)
+
+
+def test_problem_fields():
+    problem = _problem()
+    assert (problem.prompt, problem.answer, problem.difficulty) == ("15+9*2-7?", "41", "steps=3")
+    assert problem.meta["chain"] == CHAIN
+
+
+def test_correct_solution_has_no_wrong_step():
+    task = task_all3()
+    assert solution(CHAIN) == RIGHT
+    assert task.first_wrong_step(CHAIN, RIGHT) == (None, None)
+    verdict = task.verify(_problem(), RIGHT)
+    assert (verdict.reward, verdict.correct, verdict.first_wrong_step, verdict.error_kind) == (1.0, True, None, None)
+
+
+@pytest.mark.parametrize(
+    ("response", "first", "kind", "correct"),
+    [
+        # carry misconception: 24-10 = 14, then continues from 14: 14*2 = 28, 28-7 = 21
+        ("+9=14</thought>*2=28</thought>-7=21</thought>\\boxed{21}", 0, "carry", False),
+        # wrong but not the misconception value (24-10 = 14) at a carry step
+        ("+9=25</thought>*2=50</thought>-7=43</thought>\\boxed{43}", 0, "slip", False),
+        ("+9=34</thought>*2=68</thought>-7=61</thought>\\boxed{61}", 0, "slip", False),  # +10, not -10
+        # wrong value at an ordinary step (24*2 = 48, wrote 49)
+        ("+9=24</thought>*2=49</thought>-7=42</thought>\\boxed{42}", 1, "slip", False),
+        # wrong operator / operand / unparseable thoughts
+        ("+9=24</thought>+2=26</thought>-7=19</thought>\\boxed{19}", 1, "format", False),
+        ("+9=24</thought>*3=72</thought>-7=65</thought>\\boxed{65}", 1, "format", False),
+        ("+9=24</thought>*2=48</thought>-7=4x</thought>\\boxed{41}", 2, "format", True),
+        ("+9 = 24</thought>*2=48</thought>-7=41</thought>\\boxed{41}", 0, "format", True),
+        ("+9=024</thought>*2=48</thought>-7=41</thought>\\boxed{41}", 0, "format", True),
+        # missing thoughts: the first missing index
+        ("+9=24</thought>\\boxed{24}", 1, "format", False),
+        ("+9=24</thought>*2=48</thought>\\boxed{48}", 2, "format", False),
+        ("", 0, "format", False),
+        # every step right, the answer part wrong: index n = 3
+        ("+9=24</thought>*2=48</thought>-7=41</thought>\\boxed{40}", 3, "answer", False),
+        ("+9=24</thought>*2=48</thought>-7=41</thought>", 3, "answer", False),
+        ("+9=24</thought>*2=48</thought>-7=41</thought>41", 3, "answer", False),
+        ("+9=24</thought>*2=48</thought>-7=41</thought>\\boxed{41} done", 3, "answer", True),
+        ("+9=24</thought>*2=48</thought>-7=41</thought>\\boxed{41}</thought>", 3, "answer", True),
+    ],
+)
+def test_error_kinds(response, first, kind, correct):
+    task = task_all3()
+    assert task.first_wrong_step(CHAIN, response) == (first, kind)
+    verdict = task.verify(_problem(), response)
+    assert (verdict.first_wrong_step, verdict.error_kind) == (first, kind)
+    assert verdict.correct is correct and verdict.reward == float(correct)
+
+
+def test_borrow_and_mul7_kinds():
+    task = task_all3()
+    # 23-7 = 16 borrows (3 < 7): misconception value 16+10 = 26
+    chain = Chain(23, (("-", 7),))
+    assert task.first_wrong_step(chain, "-7=26</thought>\\boxed{26}") == (0, "borrow")
+    assert task.first_wrong_step(chain, "-7=06</thought>\\boxed{06}") == (0, "slip")  # 16-10: wrong sign
+    # 12*7 = 84: misconception value 84+10 = 94; 13*7 = 91 -> 91+10 = 101 -> 01 (mod 100)
+    assert task.first_wrong_step(Chain(12, (("*", 7),)), "*7=94</thought>\\boxed{94}") == (0, "mul7")
+    assert task.first_wrong_step(Chain(13, (("*", 7),)), "*7=01</thought>\\boxed{01}") == (0, "mul7")
+
+
+def test_inactive_misconception_is_a_slip():
+    # default noise: carry and mul7 only; 23-7 = 16 written as 26 is the borrow value, but borrow is inactive
+    task = ArithTask()
+    assert task.first_wrong_step(Chain(23, (("-", 7),)), "-7=26</thought>\\boxed{26}") == (0, "slip")
+
+
+def test_lucky_success_carry_then_borrow_cancels():
+    # 15+9 = 24 carries -> written 14 (-10). Then 14-7 borrows (4 < 7): right 07, misconceived 07+10 = 17.
+    # The correct chain: 24-7 = 17. The boxed answer is right, the trace holds a wrong step.
+    chain = Chain(15, (("+", 9), ("-", 7)))
+    response = "+9=14</thought>-7=17</thought>\\boxed{17}"
+    assert chain.values() == [24, 17]
+    noise = Noise(misconceptions=ALL3, p_misc=1.0, p_slip=0.0)
+    assert noisy_solution(chain, noise, random.Random(0)) == (response, 0)
+    verdict = task_all3().verify(task_all3().problem(chain), response)
+    assert (verdict.correct, verdict.reward, verdict.first_wrong_step, verdict.error_kind) == (True, 1.0, 0, "carry")
+
+
+def test_first_wrong_step_stays_the_first():
+    task = task_all3()
+    # step 0 wrong (carry); later steps right relative to the written 14, or wrong again: still (0, carry)
+    consistent = "+9=14</thought>*2=28</thought>-7=21</thought>\\boxed{21}"
+    also_wrong = "+9=14</thought>*2=99</thought>-7=33</thought>\\boxed{77}"
+    assert task.first_wrong_step(CHAIN, consistent) == (0, "carry")
+    assert task.first_wrong_step(CHAIN, also_wrong) == (0, "carry")
+    # a step 1 that is right relative to the *correct* value 24 but after a wrong step 0 does not matter either
+    assert task.first_wrong_step(CHAIN, "+9=14</thought>*2=48</thought>-7=41</thought>\\boxed{41}") == (0, "carry")
+
+
+def test_checker_agrees_with_noisy_solution_first_wrong_step():
+    """The noise model's own first wrong step is what the checker finds (both derived independently above)."""
+    task = task_all3()
+    noise = Noise(misconceptions=ALL3, p_misc=0.5, p_slip=0.2)
+    for k, chain in enumerate(random_chains(300, seed=5)):
+        trace, first = noisy_solution(chain, noise, random.Random(k))
+        found, kind = task.first_wrong_step(chain, trace)
+        assert found == first
+        if first is None:
+            assert kind is None
+        else:
+            # recompute the kind by hand: the first wrong step's value vs right and right+offset
+            values = [int(m) for m in re.findall(r"=(\d\d)" + re.escape(THOUGHT_END), trace)]
+            written = chain.start if first == 0 else values[first - 1]
+            op, b = chain.steps[first]
+            right = ref_apply(op, written, b)
+            ref_kind = ref_misconception(op, written, b, ALL3)
+            expected = ref_kind if ref_kind and values[first] == (right + ALL3[ref_kind]) % 100 else "slip"
+            assert kind == expected
+
+
+# ------------------------------------------------------------------------------------------ problem streams
+
+
+def test_held_out_split_is_disjoint():
+    task = ArithTask()
+    eval_prompts = {p.prompt for p in task.eval_problems()}
+    train_prompts = {p.prompt for p in islice(task.train_problems(seed=0), 5000)}
+    assert not eval_prompts & train_prompts
+    # the split is crc32(prompt) % 10 == 0 for eval, != 0 for train
+    assert all(zlib.crc32(p.encode()) % 10 == 0 for p in eval_prompts)
+    assert all(zlib.crc32(p.encode()) % 10 != 0 for p in train_prompts)
+
+
+def test_train_stream_deterministic_and_resumable():
+    task = ArithTask()
+    first = [p.prompt for p in islice(task.train_problems(seed=3), 200)]
+    again = [p.prompt for p in islice(task.train_problems(seed=3), 200)]
+    other = [p.prompt for p in islice(task.train_problems(seed=4), 200)]
+    assert first == again
+    assert first != other
+    for k in (0, 1, 37, 150):
+        resumed = [p.prompt for p in islice(task.train_problems(seed=3, start=k), 200 - k)]
+        assert resumed == first[k:]
+
+
+def test_train_problems_follow_config():
+    cfg = ArithConfig(min_steps=2, max_steps=4, operand_max=5, start_max=20)
+    lengths = set()
+    for problem in islice(ArithTask(cfg).train_problems(seed=0), 500):
+        chain = problem.meta["chain"]
+        assert 2 <= len(chain.steps) <= 4 and 1 <= chain.start <= 20
+        assert all(op in "+-*" and 1 <= b <= 5 for op, b in chain.steps)
+        assert problem.answer == f"{ref_values(chain.start, chain.steps)[-1]:02d}"
+        assert problem.difficulty == f"steps={len(chain.steps)}"
+        lengths.add(len(chain.steps))
+    assert lengths == {2, 3, 4}
+
+
+def test_eval_problems_buckets():
+    task = ArithTask(ArithConfig(eval_steps=(1, 3, 5), eval_per_bucket=7))
+    problems = task.eval_problems()
+    assert len(problems) == 21  # 3 buckets x 7
+    for index, problem in enumerate(problems):
+        steps = (1, 3, 5)[index // 7]
+        chain = problem.meta["chain"]
+        assert problem.difficulty == f"steps={steps}"
+        assert len(chain.steps) == steps
+        assert len(re.findall(r"[+\-*]\d", problem.prompt)) == steps
+        assert problem.answer == f"{ref_values(chain.start, chain.steps)[-1]:02d}"
+    assert [p.prompt for p in problems] == [p.prompt for p in ArithTask(task.config).eval_problems()]
+
+
+def test_min_misconception_steps_filter():
+    cfg = ArithConfig(min_steps=2, max_steps=5, eval_steps=(4, 5), eval_per_bucket=20, min_misconception_steps=2)
+    active = cfg.noise.misconceptions
+
+    def count(chain: Chain) -> int:
+        n, value = 0, chain.start
+        for op, b in chain.steps:
+            n += ref_misconception(op, value, b, active) is not None
+            value = ref_apply(op, value, b)
+        return n
+
+    task = ArithTask(cfg)
+    train = [p.meta["chain"] for p in islice(task.train_problems(seed=0), 300)]
+    assert all(count(c) >= 2 for c in train + [p.meta["chain"] for p in task.eval_problems()])
+    # the filter does something: the unfiltered stream holds chains with fewer
+    unfiltered = ArithTask(cfg.model_copy(update={"min_misconception_steps": 0}))
+    assert any(count(p.meta["chain"]) < 2 for p in islice(unfiltered.train_problems(seed=0), 300))
+
+
+def test_min_misconception_steps_longer_than_an_eval_bucket_is_rejected():
+    with pytest.raises(ValidationError, match="eval_steps"):
+        ArithConfig(min_misconception_steps=3)  # default eval_steps (2, 4, 6)
+
+
+# ------------------------------------------------------------------------------------------ config validation
+
+
+def test_config_errors():
+    with pytest.raises(ValidationError, match="min_steps = 5 exceeds max_steps = 3"):
+        ArithConfig(min_steps=5, max_steps=3)
+    with pytest.raises(ValidationError, match="min_misconception_steps = 4 exceeds the length of some chains"):
+        ArithConfig(max_steps=3, min_misconception_steps=4)
+    with pytest.raises(ValidationError, match="unknown misconception 'carryy'; known: carry, borrow, mul7"):
+        ArithConfig(noise={"misconceptions": {"carryy": -10}})
+    with pytest.raises(ValidationError, match="misconception 'borrow' has offset 200, which is 0 mod 100"):
+        Noise(misconceptions={"borrow": 200})
+    with pytest.raises(ValidationError, match="misconception 'carry' has offset 0"):
+        Noise(misconceptions={"carry": 0})
+    with pytest.raises(ValidationError, match=r"(?s)stepz.*Extra inputs are not permitted"):
+        ArithConfig(stepz=3)
+    with pytest.raises(ValidationError, match=r"(?s)p_mis\b.*Extra inputs are not permitted"):
+        Noise(p_mis=0.5)
+    with pytest.raises(ValidationError, match=r"(?s)p_misc.*less than or equal to 1"):
+        Noise(p_misc=1.5)
+    with pytest.raises(ValidationError, match=r"(?s)operand_max.*less than or equal to 9"):
+        ArithConfig(operand_max=10)

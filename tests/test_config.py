@@ -1,0 +1,266 @@
+"""Run configuration: YAML files, `key.path=value` overrides, validation messages, dump round trips."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from credo.config import ConfigError, RunConfig, dump, load_config
+from credo.methods import get_method
+
+YAML = """\
+method: p_trace
+loss:
+  lam: 0.9
+rollout:
+  group_size: 4
+  temperature: 0.7
+  stop: ["\\n\\n"]
+optim:
+  lr: 0.0001
+  schedule: cosine
+  betas: [0.8, 0.95]
+task:
+  name: arith
+  max_steps: 4
+  noise:
+    p_misc: 0.5
+eval:
+  samples: 2
+  ks: [1, 2]
+"""
+
+
+def write(tmp_path, text: str, name: str = "run.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def config_error(overrides, path=None) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_config(path, overrides)
+    return str(info.value)
+
+
+# ------------------------------------------------------------------------------------------ loading
+
+
+def test_load_yaml_file(tmp_path):
+    config = load_config(write(tmp_path, YAML))
+    assert config.method == "p_trace"
+    assert config.loss == {"lam": 0.9}
+    assert (config.rollout.group_size, config.rollout.temperature, config.rollout.stop) == (4, 0.7, ["\n\n"])
+    assert (config.optim.lr, config.optim.schedule, config.optim.betas) == (1e-4, "cosine", (0.8, 0.95))
+    assert config.task == {"name": "arith", "max_steps": 4, "noise": {"p_misc": 0.5}}
+    assert (config.eval.samples, config.eval.ks) == (2, [1, 2])
+    # untouched sections keep their defaults
+    assert config.train == RunConfig().train and config.rollout.prompts_per_step == 16
+    assert get_method(config.method, loss=config.loss).loss.lam == 0.9
+
+
+def test_defaults_without_a_file():
+    config = load_config(None)
+    assert config == RunConfig()
+    assert (config.method, config.task, config.optim.lr, config.eval.ks) == ("grpo", {"name": "arith"}, 2e-5, [1, 4])
+
+
+def test_overrides_parse_as_yaml(tmp_path):
+    config = load_config(
+        write(tmp_path, YAML),
+        [
+            "rollout.group_size=6",  # int
+            "optim.lr=3e-4",  # YAML 1.1 reads "3e-4" as a string; the float field converts it
+            "optim.weight_decay=0.01",  # float
+            "rollout.dynamic_sampling=true",  # bool
+            "eval.greedy=false",
+            "eval.ks=[1, 2]",  # list
+            "rollout.stop=[a, 'b c']",
+            "optim.grad_clip=null",  # None
+            "task.max_steps=5",  # a task option; the file's name stays
+            "train.device=cpu",  # plain string
+            "rollout.temperature = 0.5",  # spaces around the value
+        ],
+    )
+    assert config.rollout.group_size == 6 and isinstance(config.rollout.group_size, int)
+    assert config.optim.lr == 3e-4 and config.optim.weight_decay == 0.01
+    assert config.rollout.dynamic_sampling is True and config.eval.greedy is False
+    assert config.eval.ks == [1, 2] and config.rollout.stop == ["a", "b c"]
+    assert config.optim.grad_clip is None
+    assert config.task == {"name": "arith", "max_steps": 5, "noise": {"p_misc": 0.5}}
+    assert config.train.device == "cpu" and config.rollout.temperature == 0.5
+    # the file's other values survive
+    assert (config.method, config.optim.schedule) == ("p_trace", "cosine")
+
+
+def test_later_override_wins_and_new_sections_are_created():
+    config = load_config(None, ["train.steps=5", "train.steps=7", "model.lora.r=4"])
+    assert config.train.steps == 7
+    assert config.model.lora is not None and (config.model.lora.r, config.model.lora.alpha) == (4, 32)
+
+
+def test_task_name_defaults_to_arith():
+    assert load_config(None, ["task.max_steps=4"]).task == {"name": "arith", "max_steps": 4}
+    assert load_config(None, ["task.name=arith"]).task == {"name": "arith"}
+
+
+def test_override_syntax_errors(tmp_path):
+    assert "override 'optim.lr' must look like key.path=value" in config_error(["optim.lr"])
+    path = write(tmp_path, "optim:\n  lr: 0.1\n")
+    assert "override 'optim.lr.x=1': 'lr' is not a section" in config_error(["optim.lr.x=1"], path)
+
+
+# ------------------------------------------------------------------------------------------ unknown keys
+
+
+@pytest.mark.parametrize(
+    ("override", "key", "allowed"),
+    [
+        ("optim.lrr=1", "optim.lrr", "lr, weight_decay, betas, grad_clip, warmup_steps, schedule, minibatches"),
+        ("rollout.foo=1", "rollout.foo", "prompts_per_step, group_size, max_new_tokens, temperature, top_p"),
+        ("foo=1", "foo", "method, credit, loss, model, task, rollout, optim, train, eval"),
+        ("model.foo=1", "model.foo", "path, testbed, dtype, autocast_bf16, attn_implementation, lora"),
+        ("eval.sample=4", "eval.sample", "greedy, samples, ks, temperature, max_problems"),
+        ("train.stpes=4", "train.stpes", "steps, seed, device, eval_every"),
+    ],
+)
+def test_unknown_key_names_dotted_key_and_allowed_keys(tmp_path, override, key, allowed):
+    path = write(tmp_path, "method: grpo\n")
+    message = config_error([override], path)
+    assert message.startswith(f"invalid config {path}:")
+    assert re.search(rf"^  {re.escape(key)}: unknown key; allowed here: {re.escape(allowed)}", message, re.M), message
+
+
+def test_unknown_key_in_optional_section_lists_allowed_keys():
+    message = config_error(["model.lora.rr=3"])
+    assert "model.lora.rr: unknown key; allowed here: r, alpha, dropout, target_modules" in message
+
+
+# ------------------------------------------------------------------------------------------ bad values
+
+
+@pytest.mark.parametrize(
+    ("override", "line"),
+    [
+        ("rollout.group_size=1", "rollout.group_size: Input should be greater than or equal to 2"),
+        ("optim.lr=-1e-5", "optim.lr: Input should be greater than 0"),
+        ("optim.lr=0", "optim.lr: Input should be greater than 0"),
+        ("rollout.top_p=1.5", "rollout.top_p: Input should be less than or equal to 1"),
+        ("optim.schedule=linear", "optim.schedule: Input should be 'constant' or 'cosine'"),
+        ("train.steps=abc", "train.steps: Input should be a valid integer, unable to parse string as an integer"),
+        ("optim=3", "optim: Input should be a valid dictionary or instance of OptimConfig"),
+        ("task=3", "task: task must be a mapping with a `name` and the task's options"),
+    ],
+)
+def test_bad_value_names_the_key(override, line):
+    message = config_error([override])
+    assert message.startswith("invalid config <defaults>:")
+    assert f"  {line}" in message.splitlines(), message
+
+
+def test_several_errors_are_all_listed():
+    lines = config_error(["rollout.group_size=1", "rollout.top_p=2"]).splitlines()
+    assert lines[1:] == [
+        "  rollout.group_size: Input should be greater than or equal to 2",
+        "  rollout.top_p: Input should be less than or equal to 1",
+    ]
+
+
+def test_unknown_method_and_switches():
+    message = config_error(["method=gpro"])
+    assert "unknown method 'gpro'; valid names: dapo, dr_grpo, grpo, grpo_lambda" in message
+    message = config_error(["loss.lamb=0.9"])
+    assert re.search(r"grpo\.loss: unknown switch\(es\) lamb; allowed: .*\bclip_high\b", message), message
+    message = config_error(["method=p_trace", "loss.lamb=0.9"])
+    assert re.search(r"p_trace\.loss: unknown switch\(es\) lamb; allowed: .*\blam\b", message), message
+    message = config_error(["credit.bogus=1"])
+    assert "grpo.estimator: unknown switch(es) bogus; allowed:" in message
+
+
+def test_unknown_task_and_task_options():
+    assert "  task: unknown task 'arithm'; valid names: arith, jsonl" in config_error(["task.name=arithm"])
+    message = config_error(["task.max_stepz=4"])
+    assert re.search(r"task: max_stepz: unknown key; allowed: name, min_steps, max_steps, .*noise", message), message
+    assert "task: noise.p_misc: Input should be less than or equal to 1" in config_error(["task.noise.p_misc=2"])
+    assert "task: min_steps = 5 exceeds max_steps = 3" in config_error(["task.min_steps=5", "task.max_steps=3"])
+    assert "task: path: Field required" in config_error(["task.name=jsonl"])
+
+
+def test_eval_ks_above_samples():
+    assert "eval.ks [1, 8] needs eval.samples >= 8" in config_error(["eval.ks=[1, 8]"])
+    assert "eval.ks [1, 4] needs eval.samples >= 4" in config_error(["eval.samples=2"])
+    # greedy only: samples 0 works with ks up to 1
+    config = load_config(None, ["eval.samples=0", "eval.ks=[1]"])
+    assert (config.eval.samples, config.eval.ks) == (0, [1])
+
+
+@pytest.mark.parametrize("ks", ["[0]", "[]"])
+def test_eval_ks_must_be_positive(ks):
+    assert re.search(r"eval\.ks.*(greater than 0|at least 1 item)", config_error([f"eval.ks={ks}"]))
+
+
+def test_exponent_float_in_a_method_switch():
+    config = load_config(None, ["loss.clip_high=1e-3"])
+    assert get_method(config.method, loss=config.loss).loss.clip_high == pytest.approx(1e-3)
+
+
+# ------------------------------------------------------------------------------------------ files
+
+
+def test_missing_file(tmp_path):
+    path = tmp_path / "nope.yaml"
+    with pytest.raises(ConfigError, match=rf"^config file {re.escape(str(path))} does not exist$"):
+        load_config(path)
+
+
+def test_invalid_yaml_names_the_file(tmp_path):
+    path = write(tmp_path, "optim:\n  lr: [1, 2\n")
+    with pytest.raises(ConfigError, match=rf"(?s)^{re.escape(path)} is not valid YAML: .*line 3"):
+        load_config(path)
+
+
+@pytest.mark.parametrize("text", ["- optim\n- rollout\n", "just a string\n", "42\n"])
+def test_top_level_must_be_a_mapping(tmp_path, text):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError, match=rf"^{re.escape(path)}: the top level must be a mapping of sections$"):
+        load_config(path)
+
+
+def test_empty_file_is_all_defaults(tmp_path):
+    assert load_config(write(tmp_path, "# nothing\n")) == RunConfig()
+
+
+def test_validation_error_names_the_file(tmp_path):
+    path = write(tmp_path, "rollout:\n  group_size: 1\n")
+    with pytest.raises(ConfigError, match=rf"^invalid config {re.escape(path)}:\n  rollout\.group_size: "):
+        load_config(path)
+
+
+# ------------------------------------------------------------------------------------------ dump
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [],
+        ["method=p_trace", "loss.lam=0.5", "model.lora.r=8", "model.lora.target_modules=[q_proj, v_proj]"],
+        [
+            "optim.betas=[0.8, 0.9]", "optim.grad_clip=null",
+            "task.noise.misconceptions={carry: -11}", "eval.max_problems=3",
+        ],
+    ],
+)
+def test_dump_round_trips(tmp_path, overrides):
+    config = load_config(write(tmp_path, YAML) if overrides else None, overrides)
+    text = dump(config)
+    assert text.startswith("method: ")  # field order kept (sort_keys=False)
+    again = load_config(write(tmp_path, text, "dumped.yaml"))
+    assert again == config
+    assert dump(again) == text
+
+
+def test_shipped_config_loads_and_round_trips(tmp_path):
+    config = load_config("configs/testbed/grpo.yaml")
+    assert (config.method, config.optim.lr, config.eval.max_problems) == ("grpo", 1e-4, 200)
+    assert load_config(write(tmp_path, dump(config))) == config

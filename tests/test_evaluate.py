@@ -1,0 +1,107 @@
+"""Evaluation metrics: the unbiased pass@k estimator, per-difficulty summaries, eval subsets."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from itertools import combinations
+
+import pytest
+
+from credo.evaluate import eval_subset, pass_at_k, summarise
+from credo.tasks.base import Problem
+
+
+def test_pass_at_k_matches_the_binomial_definition():
+    for n in range(1, 21):
+        for c in range(n + 1):
+            for k in range(1, n + 1):
+                expected = 1 - math.comb(n - c, k) / math.comb(n, k)  # comb(m, k) = 0 when m < k
+                assert pass_at_k(n, c, k) == pytest.approx(expected, rel=1e-12, abs=1e-12), (n, c, k)
+
+
+def test_pass_at_k_matches_subset_enumeration():
+    """pass@k is the share of the k-subsets of the n samples that hold at least one correct sample."""
+    for n in range(1, 9):
+        for c in range(n + 1):
+            samples = [True] * c + [False] * (n - c)
+            for k in range(1, n + 1):
+                subsets = list(combinations(range(n), k))
+                hits = sum(any(samples[i] for i in subset) for subset in subsets)
+                assert pass_at_k(n, c, k) == pytest.approx(float(Fraction(hits, len(subsets))), abs=1e-12)
+
+
+def test_pass_at_k_hand_values():
+    # n=4, c=1, k=1: 1/4. n=4, c=1, k=2: 1 - C(3,2)/C(4,2) = 1 - 3/6 = 1/2. n=5, c=2, k=2: 1 - C(3,2)/C(5,2) = 0.7
+    assert pass_at_k(4, 1, 1) == pytest.approx(0.25)
+    assert pass_at_k(4, 1, 2) == pytest.approx(0.5)
+    assert pass_at_k(5, 2, 2) == pytest.approx(0.7)
+    assert pass_at_k(5, 0, 5) == 0.0
+    assert pass_at_k(5, 1, 5) == 1.0
+    # large n stays finite and exact enough: n=1000, c=1, k=1 -> 1/1000
+    assert pass_at_k(1000, 1, 1) == pytest.approx(1e-3, rel=1e-12)
+
+
+@pytest.mark.parametrize(("n", "c", "k"), [(3, 4, 1), (3, -1, 1), (3, 1, 0), (3, 1, 4), (0, 0, 1), (2, 1, -1)])
+def test_pass_at_k_rejects_bad_arguments(n, c, k):
+    with pytest.raises(ValueError, match=rf"pass@k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}"):
+        pass_at_k(n, c, k)
+
+
+def test_summarise_two_buckets():
+    """Four problems, n = 4 samples each; buckets a (3 problems) and b (1).
+
+    problem  bucket greedy  c   pass@1=c/4  pass@2 = 1 - C(4-c,2)/6   pass@4
+    0        a      1       2   0.5         1 - 1/6 = 5/6             1
+    1        a      0       0   0           1 - 6/6 = 0               0
+    2        a      1       4   1           1                         1
+    3        b      0       1   0.25        1 - 3/6 = 1/2             1
+    overall = mean over the 4 problems (not over the 2 buckets):
+      greedy 2/4 = 0.5; pass@1 = avg@4 = 1.75/4 = 0.4375; pass@2 = (5/6 + 0 + 1 + 1/2)/4 = 7/12; pass@4 3/4
+      (a mean over buckets would give pass@1 = (0.5 + 0.25)/2 = 0.375 instead)
+    a: greedy 2/3; pass@1 = avg@4 = 1.5/3 = 0.5; pass@2 = (5/6 + 1)/3 = 11/18; pass@4 2/3
+    b: greedy 0; pass@1 = avg@4 = 0.25; pass@2 0.5; pass@4 1
+    """
+    samples = [[True, True, False, False], [False] * 4, [True] * 4, [False, True, False, False]]
+    result = summarise(["a", "a", "a", "b"], [True, False, True, False], samples, ks=[1, 2, 4])
+    expected_overall = {"greedy_pass@1": 0.5, "pass@1": 0.4375, "pass@2": 7 / 12, "pass@4": 0.75, "avg@4": 0.4375}
+    assert set(result) == set(expected_overall) | {"by_difficulty"}
+    for key, value in expected_overall.items():
+        assert result[key] == pytest.approx(value, abs=1e-12), key
+    expected_a = {
+        "greedy_pass@1": 2 / 3, "pass@1": 0.5, "pass@2": 11 / 18, "pass@4": 2 / 3, "avg@4": 0.5, "problems": 3,
+    }
+    expected_b = {"greedy_pass@1": 0.0, "pass@1": 0.25, "pass@2": 0.5, "pass@4": 1.0, "avg@4": 0.25, "problems": 1}
+    assert list(result["by_difficulty"]) == ["a", "b"]
+    for bucket, expected in (("a", expected_a), ("b", expected_b)):
+        got = result["by_difficulty"][bucket]
+        assert set(got) == set(expected)
+        for key, value in expected.items():
+            assert got[key] == pytest.approx(value, abs=1e-12), (bucket, key)
+
+
+def test_summarise_skips_k_above_n_and_missing_parts():
+    # n = 2 samples: pass@4 cannot be estimated and is left out; greedy None -> no greedy key
+    result = summarise(["x", "x"], None, [[True, False], [False, False]], ks=[1, 4])
+    # pass@1 = avg@2 = (1/2 + 0)/2 = 0.25
+    assert set(result) == {"pass@1", "avg@2", "by_difficulty"}
+    assert result["pass@1"] == pytest.approx(0.25) and result["avg@2"] == pytest.approx(0.25)
+    assert result["by_difficulty"] == {"x": {"pass@1": 0.25, "avg@2": 0.25, "problems": 2}}
+    # greedy only: sorted buckets, greedy 1/2 on "b" and 1 on "a"
+    result = summarise(["b", "a", "b"], [True, True, False], None, ks=[1])
+    assert result["greedy_pass@1"] == pytest.approx(2 / 3)  # (1 + 1 + 0)/3
+    assert result["by_difficulty"] == {
+        "a": {"greedy_pass@1": 1.0, "problems": 1},
+        "b": {"greedy_pass@1": 0.5, "problems": 2},
+    }
+    assert list(result["by_difficulty"]) == ["a", "b"]
+
+
+def test_eval_subset():
+    problems = [Problem(f"p{i}", "0", d) for i, d in enumerate("aabbbaca")]
+    # first two of each bucket, in the original order: a -> p0, p1; b -> p2, p3; c -> p6
+    assert [p.prompt for p in eval_subset(problems, 2)] == ["p0", "p1", "p2", "p3", "p6"]
+    assert [p.prompt for p in eval_subset(problems, 1)] == ["p0", "p2", "p6"]
+    assert eval_subset(problems, 100) == problems
+    subset = eval_subset(problems, None)
+    assert subset == problems and subset is not problems

@@ -1,0 +1,158 @@
+"""The trainer end to end on tiny settings: every testbed config, resumption after SIGKILL, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from tiny import TINY
+
+from credo.config import load_config
+from credo.losses import LossOutput
+from credo.methods import Method
+from credo.train import train
+
+CONFIGS = sorted((Path(__file__).parents[1] / "configs" / "testbed").glob("*.yaml"))
+TIMING = ("time/", "tokens_per_s", "wall_s")
+
+
+def run(tmp_path, config_path=None, extra=(), name="run"):
+    config = load_config(config_path, TINY + list(extra))
+    return train(config, tmp_path / name, show_progress=False), tmp_path / name
+
+
+def untimed(record: dict) -> dict:
+    return {k: v for k, v in record.items() if not k.startswith(TIMING)}
+
+
+@pytest.mark.parametrize("config_path", CONFIGS, ids=lambda p: p.stem)
+def test_every_testbed_config_trains(tmp_path, config_path):
+    summary, run_dir = run(tmp_path, config_path)
+    assert summary["method"] == load_config(config_path).method
+    assert summary["steps"] == 3 and summary["rollout_tokens"] > 0 and summary["wall_s"] > 0
+    for key in ("eval_start", "eval_end"):
+        result = summary[key]
+        assert {"greedy_pass@1", "pass@1", "pass@2", "avg@2"} <= set(result)
+        assert set(result["by_difficulty"]) == {"steps=2", "steps=4", "steps=6"}
+        assert all(0.0 <= result[k] <= 1.0 for k in ("greedy_pass@1", "pass@1", "pass@2", "avg@2"))
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in records if "eval" not in r]
+    assert [r["step"] for r in steps] == [1, 2, 3]
+    assert [r["step"] for r in records if "eval" in r] == [0, 2, 3]
+    assert steps[-1]["rollout_tokens"] == summary["rollout_tokens"]
+    assert json.loads((run_dir / "summary.json").read_text()) == summary
+    assert (run_dir / "plots" / "learning_curve.png").stat().st_size > 1000
+    samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 6 and len(samples[0]["tokens"]) == len(samples[0]["advantage"])
+    from transformers import AutoModelForCausalLM
+
+    assert AutoModelForCausalLM.from_pretrained(run_dir / "model") is not None
+
+
+def test_resume_after_sigkill_matches_uninterrupted_run(tmp_path):
+    settings = TINY + ["train.steps=12", "train.checkpoint_every=3", "train.eval_every=4", "optim.minibatches=2"]
+    straight, straight_dir = run(tmp_path, None, settings[len(TINY):], name="straight")
+    killed_dir = tmp_path / "killed"
+    command = [sys.executable, "-m", "credo", "train", "--output", str(killed_dir)]
+    for item in settings:
+        command += ["--set", item]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=os.environ.copy())
+    deadline = time.time() + 120
+    metrics = killed_dir / "metrics.jsonl"
+    while not (metrics.exists() and '"step": 7,' in metrics.read_text()):  # past the step-6 checkpoint
+        assert process.poll() is None, process.stderr.read().decode()
+        assert time.time() < deadline
+        time.sleep(0.005)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert process.returncode == -signal.SIGKILL
+    assert not (killed_dir / "summary.json").exists()  # it really stopped mid-run
+    resumed = train(load_config(killed_dir / "config.yaml"), killed_dir, resume=True, show_progress=False)
+    a = [untimed(json.loads(x)) for x in (straight_dir / "metrics.jsonl").read_text().splitlines()]
+    b = [untimed(json.loads(x)) for x in (killed_dir / "metrics.jsonl").read_text().splitlines()]
+    assert a == b
+    assert resumed["eval_end"] == straight["eval_end"]
+    assert resumed["rollout_tokens"] == straight["rollout_tokens"]
+
+
+def test_micro_batches_give_the_same_update(tmp_path):
+    whole, _ = run(tmp_path, None, ["train.steps=2"], name="whole")
+    micro, _ = run(tmp_path, None, ["train.steps=2", "optim.micro_batch_size=1"], name="micro")
+    a = json.loads((tmp_path / "whole" / "metrics.jsonl").read_text().splitlines()[2])
+    b = json.loads((tmp_path / "micro" / "metrics.jsonl").read_text().splitlines()[2])
+    assert a["reward/mean"] == b["reward/mean"]  # same rollouts after one identical update
+    assert a["loss/policy"] == pytest.approx(b["loss/policy"], rel=1e-5, abs=1e-7)
+    assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4)
+
+
+def test_existing_run_directory_is_not_overwritten(tmp_path):
+    run(tmp_path, None, ["train.steps=1"])
+    with pytest.raises(FileExistsError, match="--resume"):
+        run(tmp_path, None, ["train.steps=1"])
+
+
+def test_missing_model_path_names_it(tmp_path):
+    with pytest.raises(FileNotFoundError, match="model.path = '/no/such/model'"):
+        run(tmp_path, None, ["model.path=/no/such/model"])
+
+
+def test_verifier_that_raises_stops_the_step_with_the_prompt(tmp_path, monkeypatch):
+    from credo.tasks.arith import ArithTask
+
+    def broken(self, problem, response):
+        raise KeyError("boom")
+
+    monkeypatch.setattr(ArithTask, "verify", broken)
+    with pytest.raises(RuntimeError, match=r"(?s)verifier raised KeyError.*prompt:"):
+        run(tmp_path, None, ["eval.greedy=false", "eval.samples=0", "eval.ks=[1]"])
+
+
+def test_verifier_errors_can_score_zero(tmp_path, monkeypatch):
+    from credo.tasks.arith import ArithTask
+
+    original = ArithTask.verify
+    calls = {"n": 0}
+
+    def flaky(self, problem, response):
+        calls["n"] += 1
+        if calls["n"] % 3 == 0:
+            raise ValueError("flaky verifier")
+        return original(self, problem, response)
+
+    monkeypatch.setattr(ArithTask, "verify", flaky)
+    _, run_dir = run(tmp_path, None, ["rollout.reward_errors=zero", "eval.greedy=false", "eval.samples=0", "eval.ks=[1]"])
+    steps = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if '"eval"' not in x]
+    assert sum(r["rollout/reward_errors"] for r in steps) == 6  # 18 responses, every third raised
+
+
+def test_non_finite_loss_skips_steps_then_stops(tmp_path, monkeypatch):
+    def nan_loss(self, logp, batch, **denominators):
+        return LossOutput(logp.sum() * float("nan"), {})
+
+    monkeypatch.setattr(Method, "policy_loss", nan_loss)
+    with pytest.raises(RuntimeError, match="2 optimiser steps in a row had a non-finite loss"):
+        run(tmp_path, None, ["train.max_nan_steps=2", "train.steps=5", "train.checkpoint_every=1"])
+    run_dir = tmp_path / "run"
+    steps = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if '"eval"' not in x]
+    assert [r["optim/skipped"] for r in steps] == [1.0]  # step 1 skipped, step 2's skip stopped the run
+    assert (run_dir / "checkpoints" / "step_000001").exists()
+
+
+def test_weights_move_only_when_the_loss_has_signal(tmp_path):
+    # A full-precision check that the update really reaches the weights (and the export holds them).
+    _, run_dir = run(tmp_path, None, ["train.steps=2", "optim.lr=1e-2"])
+    from credo.config import ModelConfig
+    from credo.models import load_model
+
+    trained, _ = load_model(ModelConfig(path=str(run_dir / "model")), torch.device("cpu"))
+    start, _ = load_model(load_config(None, TINY).model, torch.device("cpu"))
+    steps = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if '"eval"' not in x]
+    moved = any(not torch.equal(a, b) for a, b in zip(trained.parameters(), start.parameters()))
+    assert moved == any(r["credit/adv_abs_mean"] > 0 for r in steps)
