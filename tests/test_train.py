@@ -156,3 +156,17 @@ def test_weights_move_only_when_the_loss_has_signal(tmp_path):
     steps = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if '"eval"' not in x]
     moved = any(not torch.equal(a, b) for a, b in zip(trained.parameters(), start.parameters()))
     assert moved == any(r["credit/adv_abs_mean"] > 0 for r in steps)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["grpo", "s_trace", "grpo_lambda"])
+def test_methods_improve_the_testbed(tmp_path, monkeypatch, method):
+    # The real testbed model (built once into the user's cache, ~5 minutes on 2 cores), 40 RL steps.
+    monkeypatch.delenv("CREDO_CACHE")
+    config = load_config(
+        Path(__file__).parents[1] / "configs" / "testbed" / f"{method}.yaml",
+        ["train.steps=40", "train.eval_every=40", "eval.samples=0", "eval.ks=[1]", "eval.max_problems=100"],
+    )
+    summary = train(config, tmp_path / method, show_progress=False)
+    start, end = summary["eval_start"]["greedy_pass@1"], summary["eval_end"]["greedy_pass@1"]
+    assert end - start >= 0.10, (start, end)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import typer
@@ -19,7 +20,7 @@ app = typer.Typer(
 )
 testbed_app = typer.Typer(help="The built-in step-verifiable testbed model.", no_args_is_help=True)
 app.add_typer(testbed_app, name="testbed")
-console = Console()
+console = Console(width=shutil.get_terminal_size((120, 24)).columns)
 
 
 def _quiet_transformers() -> None:
@@ -37,7 +38,7 @@ def _fail(error: Exception) -> None:
 @app.command()
 def train(
     config: Path = typer.Argument(None, help="YAML run config (default: all defaults, GRPO on the testbed)."),
-    output: Path = typer.Option(None, "--output", "-o", help="Run directory (default: runs/<method>)."),
+    output: Path = typer.Option(None, "--output", "-o", help="Run directory (default: runs/<method>, then -2, -3, ...)."),
     overrides: list[str] = typer.Option([], "--set", help="Override a config key, e.g. --set optim.lr=1e-5."),
     resume: Path = typer.Option(None, "--resume", help="Continue the run in this directory from its last checkpoint."),
 ) -> None:
@@ -51,7 +52,7 @@ def train(
             run_dir = resume
         else:
             run_config = load_config(config, overrides)
-            run_dir = output or Path("runs") / run_config.method
+            run_dir = output or fresh_run_dir(Path("runs") / run_config.method)
     except (ConfigError, FileNotFoundError) as error:
         _fail(error)
     from credo.train import train as run_training
@@ -64,6 +65,15 @@ def train(
     print_summary(summary, run_dir)
 
 
+def fresh_run_dir(base: Path) -> Path:
+    """`base`, or `base-2`, `base-3`, ... : the first that does not exist yet."""
+    candidate, number = base, 1
+    while candidate.exists():
+        number += 1
+        candidate = base.with_name(f"{base.name}-{number}")
+    return candidate
+
+
 def print_summary(summary: dict, run_dir: Path) -> None:
     start, end = summary["eval_start"], summary["eval_end"]
     table = Table(title=f"{summary['method']}: held-out accuracy, start -> end ({summary['steps']} steps, "
@@ -74,7 +84,7 @@ def print_summary(summary: dict, run_dir: Path) -> None:
         table.add_column(key, justify="right")
     rows = [(d, start["by_difficulty"][d], end["by_difficulty"][d]) for d in start["by_difficulty"]]
     for name, a, b in rows + [("all", start, end)]:
-        table.add_row(name, *(f"{a[k]:.3f} -> {b[k]:.3f}" for k in metrics))
+        table.add_row(name, *(f"{a[k]:.3f} → {b[k]:.3f}" for k in metrics))
     console.print(table)
     console.print(f"learning curve: {run_dir / 'plots' / 'learning_curve.png'}   summary: {run_dir / 'summary.json'}")
 

@@ -1,0 +1,118 @@
+"""Where a credo training step spends its time, and the memory of its log-prob pass.
+
+Part 1, time shares. On the built-in testbed (the model is built or taken from the cache), a few RL steps
+run phase by phase through the trainer's own functions, each phase timed on its own:
+
+- generation: `sample_groups` (sampling the groups and verifying them),
+- old log-probs: `score` (the behaviour policy's log-probs and entropies, no grad, once per rollout batch),
+- credit: the method's credit estimator,
+- forward: the policy's log-probs with grad (decoder + chunked LM head) for every mini-batch,
+- loss + backward: the method's loss and `backward()`,
+- optimiser: gradient clipping and the AdamW step.
+
+The share of each phase in the step's total is printed (median over steps after one warm-up step).
+
+Part 2, memory. The peak memory of the log-prob pass (forward + backward) with credo's chunked
+`token_logprobs` against a naive full `log_softmax` over a 49,152-word vocabulary, measured in fresh
+processes (see benchmarks/logprob_memory.py). Last line: `RESULT logprob_peak_mem_ratio=<chunked/naive>`,
+target <= 0.3.
+
+    python benchmarks/step_profile.py                       # GRPO, 4 mini-batches
+    python benchmarks/step_profile.py --method s_trace --steps 6
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from logprob_memory import measure_logprob_peak_memory  # noqa: E402
+
+from credo.checkpoint import RunDirectory  # noqa: E402
+from credo.config import load_config  # noqa: E402
+from credo.policy import policy_logprobs  # noqa: E402
+from credo.rollout.groups import ProblemStream, sample_groups  # noqa: E402
+from credo.train import build_trainer, score  # noqa: E402
+
+PHASES = ("generation", "old log-probs", "credit", "forward", "loss + backward", "optimiser")
+
+
+def profile_step(trainer, stream) -> dict[str, float]:
+    config = trainer.config
+    times = dict.fromkeys(PHASES, 0.0)
+    clock = time.perf_counter()
+
+    def lap(phase: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        times[phase] += now - clock
+        clock = now
+
+    rollout = sample_groups(trainer.model, trainer.tokenizer, trainer.task, stream, config.rollout)
+    lap("generation")
+    batch = score(trainer, rollout)
+    lap("old log-probs")
+    batch, _ = trainer.method.credit(batch)
+    lap("credit")
+    params = [p for p in trainer.model.parameters() if p.requires_grad]
+    for rows in torch.randperm(batch.size).chunk(config.optim.minibatches):
+        mini = batch.select(rows)
+        denominators = trainer.method.loss.normalisers(mini.loss_mask)
+        lap("credit")
+        logp, _ = policy_logprobs(
+            trainer.model, mini.prompt_ids, mini.prompt_mask, mini.response_ids, mini.response_mask,
+            temperature=config.rollout.temperature, chunk_tokens=config.train.logprob_chunk,
+        )
+        lap("forward")
+        trainer.method.policy_loss(logp, mini, **denominators).loss.backward()
+        lap("loss + backward")
+        torch.nn.utils.clip_grad_norm_(params, config.optim.grad_clip)
+        trainer.optimizer.step()
+        trainer.optimizer.zero_grad(set_to_none=True)
+        lap("optimiser")
+    return times
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--method", default="grpo")
+    parser.add_argument("--steps", type=int, default=5, help="profiled steps (after one warm-up step)")
+    parser.add_argument("--minibatches", type=int, default=4)
+    parser.add_argument("--tokens", type=int, default=4096, help="tokens of the memory measurement")
+    args = parser.parse_args(argv)
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    config = load_config(None, [f"method={args.method}", f"optim.minibatches={args.minibatches}"])
+    trainer = build_trainer(config, RunDirectory(Path("/nonexistent")))
+    stream = ProblemStream(trainer.task, seed=0)
+    profile_step(trainer, stream)  # warm-up
+    runs = [profile_step(trainer, stream) for _ in range(args.steps)]
+    medians = {phase: statistics.median(r[phase] for r in runs) for phase in PHASES}
+    total = sum(medians.values())
+    print(f"credo step profile: {args.method} on the testbed, {config.rollout.prompts_per_step} prompts x "
+          f"{config.rollout.group_size} samples, {args.minibatches} mini-batches, torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads; median of {args.steps} steps")
+    print(f"{'phase':<18}{'ms':>10}{'share':>9}")
+    for phase in PHASES:
+        print(f"{phase:<18}{medians[phase] * 1e3:>10.1f}{medians[phase] / total:>9.1%}")
+    print(f"{'step':<18}{total * 1e3:>10.1f}{1:>9.0%}")
+    del trainer
+
+    chunked, naive = measure_logprob_peak_memory(tokens=args.tokens)
+    print(f"\nlog-prob pass, forward + backward, {args.tokens} tokens, vocabulary 49,152, hidden 576:")
+    print(f"  chunked token_logprobs peak {chunked:8.1f} MB\n  naive log_softmax peak      {naive:8.1f} MB")
+    print(f"RESULT logprob_peak_mem_ratio={chunked / naive:.4g}")
+
+
+if __name__ == "__main__":
+    main()
