@@ -52,6 +52,14 @@ class RunDirectory:
         with path.open("a") as handle:
             handle.write(json.dumps(record) + "\n")
 
+    def tensorboard(self):
+        """A TensorBoard writer into `tensorboard/` when the tensorboard package is installed, else None."""
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            return None
+        return SummaryWriter(str(self.root / "tensorboard"))
+
     def records(self, path: Path | None = None) -> list[dict]:
         path = path or self.metrics_file
         if not path.exists():

@@ -52,6 +52,7 @@ def train(config: RunConfig, run_dir, *, resume: bool = False, show_progress: bo
     eval_problems = eval_subset(trainer.task.eval_problems(), config.eval.max_problems)
     if state.step == 0:
         record_eval(trainer, eval_problems, state)
+    board = trainer.run.tensorboard()
     with TrainProgress(config.train.steps, state.step, enabled=show_progress) as progress:
         while state.step < config.train.steps:
             started = time.perf_counter()
@@ -72,6 +73,9 @@ def train(config: RunConfig, run_dir, *, resume: bool = False, show_progress: bo
             })
             record["tokens_per_s"] = rollout.generated_tokens / record["time/step_s"]
             trainer.run.append(trainer.run.metrics_file, record)
+            if board is not None:
+                for key, value in record.items():
+                    board.add_scalar(key, value, state.step)
             log_samples(trainer, state.step, rollout, batch)
             if state.step % config.train.eval_every == 0 or state.step == config.train.steps:
                 record_eval(trainer, eval_problems, state)
@@ -79,6 +83,8 @@ def train(config: RunConfig, run_dir, *, resume: bool = False, show_progress: bo
                 save_checkpoint(trainer.run, trainer.model, trainer.optimizer, trainer.scheduler, state,
                                 config.train.keep_checkpoints)
             progress.advance(record)
+    if board is not None:
+        board.close()
     return finish(trainer, state)
 
 
