@@ -37,3 +37,32 @@ def test_demo_numbers():
     assert torch.equal(ibpo != 0, torch.tensor([False, False, False, True, True, False]))  # edited tokens only
     p_trace = table.methods.index("p_trace")
     assert (table.later_minibatch[p_trace] - table.later_minibatch[grpo]).abs().max() > 1e-3
+
+
+def test_train_eval_and_testbed_build_commands(tmp_path):
+    import json
+
+    from tiny import TINY, TINY_TESTBED
+
+    runner = CliRunner()
+    settings = [x for item in TINY + ["train.steps=2"] for x in ("--set", item)]
+    result = runner.invoke(app, ["train", "--output", str(tmp_path / "run"), *settings], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "greedy_pass@1" in result.output and "→" in result.output  # the start -> end table
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    again = runner.invoke(app, ["train", "--output", str(tmp_path / "run"), *settings])
+    assert again.exit_code == 2 and "already holds a run" in again.output
+    evaluated = runner.invoke(app, ["eval", str(tmp_path / "run")], env={"COLUMNS": "200"})
+    assert evaluated.exit_code == 0, evaluated.output
+    assert f"{summary['eval_end']['greedy_pass@1']:.3f}" in evaluated.output  # same model, same problems
+    built = runner.invoke(app, ["testbed", "build", "--set", "steps=1", "--set", "batch_size=4",
+                                "--set", "model={hidden_size: 16, num_layers: 1, num_heads: 2, intermediate_size: 32}"])
+    assert built.exit_code == 0, built.output
+    assert "testbed model:" in built.output and "steps=6" in built.output
+    assert TINY_TESTBED  # the tiny model of the run above came from the same cache mechanism
+
+
+def test_bad_config_is_a_clear_cli_error(tmp_path):
+    result = CliRunner().invoke(app, ["train", "--set", "optim.lrr=1"])
+    assert result.exit_code == 2
+    assert "optim.lrr: unknown key" in result.output

@@ -205,3 +205,32 @@ def test_lora_trains_only_the_adapters(tmp_path, monkeypatch):
     base, _ = load_model(ModelConfig(**{**config.model.model_dump(), "lora": None}), torch.device("cpu"))
     frozen = {n.replace("base_model.model.", "").replace(".base_layer", ""): p for n, p in after.items() if n not in trainable}
     assert all(torch.equal(frozen[n], p) for n, p in base.named_parameters())
+
+
+def test_jsonl_task_trains(tmp_path):
+    from credo.tasks.arith import ArithTask, solution
+
+    task = ArithTask()
+    lines = [json.dumps({"prompt": p.prompt, "answer": p.answer, "difficulty": p.difficulty})
+             for p, _ in zip(task.train_problems(1), range(40))]
+    (tmp_path / "data.jsonl").write_text("\n".join(lines) + "\n")
+    summary, run_dir = run(tmp_path, None, [f"task={{name: jsonl, path: {tmp_path / 'data.jsonl'}}}"])
+    assert summary["steps"] == 3
+    assert set(summary["eval_end"]["by_difficulty"]) <= {"steps=2", "steps=3", "steps=4", "steps=5", "steps=6"}
+    assert solution  # the answers above are the chains' values, graded by the last number
+
+
+def test_stop_strings_end_responses():
+    from credo.rollout.generate import cut_response
+    from credo.testbed import build_tokenizer
+
+    tok = build_tokenizer()
+    ids = tok("+5=12</thought>*3=36</thought>", add_special_tokens=False)["input_ids"]
+    cut, done = cut_response(list(ids), tok.eos_token_id, tok.pad_token_id, tok, ["</thought>"])
+    assert done and tok.decode(cut) == "+5=12</thought>"
+    cut, done = cut_response(list(ids), tok.eos_token_id, tok.pad_token_id, tok, ["*3"])
+    assert done and tok.decode(cut) == "+5=12</thought>*3"
+    cut, done = cut_response(list(ids) + [tok.eos_token_id, 7], tok.eos_token_id, tok.pad_token_id, tok, [])
+    assert done and cut[-1] == tok.eos_token_id and len(cut) == len(ids) + 1
+    cut, done = cut_response(list(ids), tok.eos_token_id, tok.pad_token_id, tok, [])
+    assert not done and cut == list(ids)  # no end token: truncated at max_new_tokens

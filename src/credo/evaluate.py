@@ -84,10 +84,8 @@ def evaluate_policy(model, tokenizer, task, problems, config, *, max_new_tokens:
             greedy = [task.verify(p, text).correct for p, text in zip(problems, out.texts)]
         if config.samples:
             n = config.samples
-            out = generate(
-                model, tokenizer, [ids for ids in prompts for _ in range(n)],
-                max_new_tokens=max_new_tokens, temperature=config.temperature,
-            )
+            out = generate(model, tokenizer, prompts, max_new_tokens=max_new_tokens,
+                           temperature=config.temperature, repeat=n)
             flat = [task.verify(p, text).correct for p, text in zip((p for p in problems for _ in range(n)), out.texts)]
             samples = [flat[i * n : (i + 1) * n] for i in range(len(problems))]
     model.train(was_training)

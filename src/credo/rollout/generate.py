@@ -68,9 +68,12 @@ def generate(
     greedy: bool = False,
     stop: list[str] | None = None,
     batch_size: int = 256,
+    repeat: int = 1,
 ) -> Completions:
-    """Sample one response per prompt (repeat a prompt to sample a group). Randomness: torch's global RNG.
+    """Sample `repeat` responses per prompt (rows in prompt order: prompt 0's samples first).
 
+    With `repeat > 1` each prompt's KV cache is computed once and expanded across its samples instead of
+    re-encoding the prompt per sample (a group's prompt, a reset's prefix). Randomness: torch's global RNG.
     A response ends after the tokenizer's end token (kept: the model learns to stop) or at the end of a
     stop string (kept), or is cut at `max_new_tokens` (`truncated`).
     """
@@ -79,24 +82,43 @@ def generate(
     responses: list[list[int]] = []
     truncated: list[bool] = []
     stop = list(stop or [])
-    for start in range(0, len(prompts), batch_size):
-        chunk = prompts[start : start + batch_size]
-        ids, mask = left_pad(chunk, pad)
-        options = {"do_sample": False} if greedy else {"do_sample": True, "temperature": temperature, "top_p": top_p}
-        if stop:
-            options.update(stop_strings=stop, tokenizer=tokenizer)
+    options = {"do_sample": False} if greedy else {"do_sample": True, "temperature": temperature, "top_p": top_p}
+    if stop:
+        options.update(stop_strings=stop, tokenizer=tokenizer)
+    per_call = max(1, batch_size // repeat)
+    for start in range(0, len(prompts), per_call):
+        ids, mask = left_pad(prompts[start : start + per_call], pad)
+        ids, mask = ids.to(device), mask.long().to(device)
+        cache = shared_prompt_cache(model, ids, mask, repeat) if repeat > 1 else None
         out = model.generate(
-            input_ids=ids.to(device), attention_mask=mask.long().to(device), max_new_tokens=max_new_tokens,
-            pad_token_id=pad, eos_token_id=eos, top_k=None, **options,
+            input_ids=ids.repeat_interleave(repeat, dim=0), attention_mask=mask.repeat_interleave(repeat, dim=0),
+            past_key_values=cache, max_new_tokens=max_new_tokens, pad_token_id=pad, eos_token_id=eos, top_k=None,
+            **options,
         )[:, ids.shape[1] :].tolist()
         for row in out:
             response, done = cut_response(row, eos, pad, tokenizer, stop)
             responses.append(response)
             truncated.append(not done)
-    prompt_ids, prompt_mask = left_pad(prompts, pad)
+    prompt_ids, prompt_mask = left_pad([p for p in prompts for _ in range(repeat)], pad)
     response_ids, response_mask = right_pad(responses, pad)
     texts = tokenizer.batch_decode(responses, skip_special_tokens=True)
     return Completions(prompt_ids, prompt_mask, response_ids, response_mask, texts, torch.tensor(truncated))
+
+
+def shared_prompt_cache(model, ids: Tensor, mask: Tensor, repeat: int):
+    """The KV cache of every prompt but its last token, computed once and repeated `repeat` times per row.
+
+    `generate` then feeds only the last prompt token of each sample (the uncached tail) before sampling.
+    """
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=model.config)
+    if ids.shape[1] > 1:
+        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
+        model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=positions[:, :-1],
+              past_key_values=cache, use_cache=True)
+    cache.batch_repeat_interleave(repeat)
+    return cache
 
 
 def cut_response(row: list[int], eos: int, pad: int, tokenizer, stop: list[str]) -> tuple[list[int], bool]:

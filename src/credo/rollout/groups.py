@@ -75,9 +75,8 @@ def sample_round(model, tokenizer, task: Task, problems: list[Problem], config: 
     rows = [p for p in problems for _ in range(config.group_size)]
     prompts = encode_prompts(tokenizer, [p.prompt for p in problems])
     completions = generate(
-        model, tokenizer, [ids for ids in prompts for _ in range(config.group_size)],
-        max_new_tokens=config.max_new_tokens, temperature=config.temperature, top_p=config.top_p,
-        stop=config.stop, batch_size=config.generation_batch_size,
+        model, tokenizer, prompts, max_new_tokens=config.max_new_tokens, temperature=config.temperature,
+        top_p=config.top_p, stop=config.stop, batch_size=config.generation_batch_size, repeat=config.group_size,
     )
     verdicts, errors = verify_all(task, rows, completions.texts, config.reward_errors)
     rewards = torch.tensor([v.reward for v in verdicts], dtype=torch.float32)

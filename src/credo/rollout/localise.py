@@ -1,0 +1,51 @@
+"""Localisers of a failed rollout's first wrong thought (RRPO, SRPO, and credo's oracle).
+
+- `random` (RRPO): `k ~ Uniform{1..n}`.
+- `self` (SRPO): the policy itself is asked, with a prompt of our own written to the paper's intent: the
+  problem and the failed chain as numbered steps, the statement that the final answer is wrong, the
+  request for the step where the reasoning *first* went wrong (the originating error, not where it
+  shows), not to re-solve, and to end with the step number boxed. Ground truth is never shown.
+  `parse_step` reads the answer.
+- `oracle`: the task's step checker (the testbed knows every failure's first wrong thought).
+
+Thought indices here are 1-based, as in the paper (`k` in `1..n`); the prefix kept for a reset is
+thoughts `1..k-1`. Localiser calls are never trained on.
+"""
+
+from __future__ import annotations
+
+import re
+
+LOCALISE_PROMPT = (
+    "The solution below to the problem has a wrong final answer. Find the step where the reasoning first "
+    "went wrong: the originating error, not the step where it shows. Do not solve the problem again. "
+    "End your reply with the number of that step in \\boxed{{}}.\n\n"
+    "Problem: {problem}\n\nSolution:\n{steps}"
+)
+"""The self-localisation prompt (`{problem}`, `{steps}`: one `Step i: ...` line per thought)."""
+
+_BOXED_INT = re.compile(r"\\boxed\{\s*(-?\d+)\s*\}")
+_STEP = re.compile(r"[Ss]tep\s*(\d+)")
+
+
+def localisation_prompt(problem: str, thoughts: list[str], template: str = LOCALISE_PROMPT) -> str:
+    steps = "\n".join(f"Step {i}: {t.strip()}" for i, t in enumerate(thoughts, start=1))
+    return template.format(problem=problem, steps=steps, n=len(thoughts))
+
+
+def parse_step(text: str, n: int) -> tuple[int, str]:
+    """The localised step `k` in `[1, n]` from a localiser's reply, and how it was read.
+
+    The last boxed integer in `[0, n]` (0 means 1), else the last "Step N" mentioned, else 1 ("fallback");
+    the result is clamped to `[1, n]`.
+
+    >>> parse_step("It is step 2. \\\\boxed{3}", 5), parse_step("Step 4 is wrong", 5), parse_step("??", 5)
+    ((3, 'boxed'), (4, 'step'), (1, 'fallback'))
+    """
+    boxed = [int(x) for x in _BOXED_INT.findall(text) if 0 <= int(x) <= n]
+    if boxed:
+        return max(1, boxed[-1]), "boxed"
+    steps = _STEP.findall(text)
+    if steps:
+        return min(max(1, int(steps[-1])), n), "step"
+    return 1, "fallback"
