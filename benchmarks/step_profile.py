@@ -3,7 +3,7 @@
 Part 1, time shares. On the built-in testbed (the model is built or taken from the cache), a few RL steps
 run phase by phase through the trainer's own functions, each phase timed on its own:
 
-- generation: `sample_groups` (sampling the groups and verifying them),
+- generation: the method's sampler (sampling the groups and verifying them),
 - old log-probs: `score` (the behaviour policy's log-probs and entropies, no grad, once per rollout batch),
 - credit: the method's credit estimator,
 - forward: the policy's log-probs with grad (decoder + chunked LM head) for every mini-batch,
@@ -38,8 +38,8 @@ from logprob_memory import measure_logprob_peak_memory  # noqa: E402
 from credo.checkpoint import RunDirectory  # noqa: E402
 from credo.config import load_config  # noqa: E402
 from credo.policy import policy_logprobs  # noqa: E402
-from credo.rollout.groups import ProblemStream, sample_groups  # noqa: E402
-from credo.train import build_trainer, score  # noqa: E402
+from credo.rollout.groups import ProblemStream  # noqa: E402
+from credo.train import build_trainer, sample_rollout, score  # noqa: E402
 
 PHASES = ("generation", "old log-probs", "credit", "forward", "loss + backward", "optimiser")
 
@@ -55,7 +55,7 @@ def profile_step(trainer, stream) -> dict[str, float]:
         times[phase] += now - clock
         clock = now
 
-    rollout = sample_groups(trainer.model, trainer.tokenizer, trainer.task, stream, config.rollout)
+    rollout = sample_rollout(trainer, stream)
     lap("generation")
     batch = score(trainer, rollout)
     lap("old log-probs")

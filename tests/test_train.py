@@ -186,7 +186,8 @@ def test_lora_trains_only_the_adapters(tmp_path, monkeypatch):
     from credo.models import load_model
     from credo.train import build_trainer, score, update
     from credo.checkpoint import RunDirectory, TrainState
-    from credo.rollout.groups import ProblemStream, sample_groups
+    from credo.rollout.groups import ProblemStream
+    from credo.train import sample_rollout
 
     # The tiny model never answers right; reward odd-length responses so that the groups carry signal.
     monkeypatch.setattr(ArithTask, "verify", lambda self, p, r: Verdict(float(len(r) % 2), bool(len(r) % 2)))
@@ -197,7 +198,7 @@ def test_lora_trains_only_the_adapters(tmp_path, monkeypatch):
     assert trainable and all("lora_" in n for n in trainable)
     stream = ProblemStream(trainer.task, seed=0)
     for _ in range(3):
-        batch, _ = trainer.method.credit(score(trainer, sample_groups(trainer.model, trainer.tokenizer, trainer.task, stream, config.rollout)))
+        batch, _ = trainer.method.credit(score(trainer, sample_rollout(trainer, stream)))
         update(trainer, batch, TrainState())
     after = dict(trainer.model.named_parameters())
     assert all(torch.equal(before[n], after[n]) for n in before if n not in trainable)

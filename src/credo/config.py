@@ -17,6 +17,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator, model_validator
 
 from credo.methods import get_method
+from credo.rollout.localise import LOCALISE_PROMPT
+from credo.rollout.thoughts import ThoughtRules
 from credo.tasks import TASKS
 
 
@@ -64,6 +66,21 @@ class ModelConfig(Section):
     """Train LoRA adapters (peft) instead of all weights."""
 
 
+class ResetConfig(Section):
+    """Options of the reset sampler of RRPO/SRPO (`rollout.resets`)."""
+
+    split: Literal["1x4", "2x4", "1x8", "nomask"] = "1x4"
+    max_draws: int = Field(12, ge=1)
+    localiser: Literal["random", "self", "oracle"] | None = None
+    """None: the method's own (RRPO random, SRPO self); "oracle" needs a task with a step checker."""
+    localiser_temperature: float | None = Field(None, ge=0.0)
+    """Sampling temperature of the self-localiser; None: 0.3, and 0 (greedy) for the 1x8 split."""
+    localiser_max_tokens: int = Field(64, ge=1)
+    """Reply budget of the self-localiser (the paper: 4096 for real models)."""
+    localiser_prompt: str = LOCALISE_PROMPT
+    thoughts: ThoughtRules = ThoughtRules()
+
+
 class RolloutConfig(Section):
     prompts_per_step: int = Field(16, ge=1)
     """Prompts per rollout batch (groups per optimiser step)."""
@@ -84,6 +101,8 @@ class RolloutConfig(Section):
     """DAPO's soft overlong penalty: the last `overlong_buffer` tokens before max_new_tokens cost up to -1."""
     reward_errors: Literal["raise", "zero"] = "raise"
     """A verifier that raises: stop the step showing the prompt ("raise"), or reward 0 with a warning."""
+    resets: ResetConfig = ResetConfig()
+    """The reset sampler (methods rrpo, srpo)."""
 
 
 class OptimConfig(Section):
@@ -154,7 +173,12 @@ class RunConfig(Section):
 
     @model_validator(mode="after")
     def _method(self) -> RunConfig:
-        get_method(self.method, estimator=self.credit, loss=self.loss)
+        method = get_method(self.method, estimator=self.credit, loss=self.loss)
+        if method.sampler == "revisions":
+            raise ValueError(f"method {self.method} needs the revision sampler, which this version does not have yet")
+        localiser = self.rollout.resets.localiser or method.localiser
+        if method.sampler == "resets" and localiser == "oracle" and not TASKS.get(self.task["name"]).checks_steps:
+            raise ValueError(f"rollout.resets.localiser = 'oracle' needs a task with a step checker; {self.task['name']} has none")
         if self.eval.samples and max(self.eval.ks) > self.eval.samples:
             raise ValueError(f"eval.ks {self.eval.ks} needs eval.samples >= {max(self.eval.ks)}")
         return self

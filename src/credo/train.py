@@ -9,6 +9,7 @@ checkpoints follow. `train(..., resume=True)` continues a killed run from its la
 from __future__ import annotations
 
 import math
+import random
 import time
 from dataclasses import dataclass
 
@@ -23,7 +24,10 @@ from credo.methods import Method, get_method
 from credo.models import export_model, load_model
 from credo.policy import policy_logprobs
 from credo.progress import TrainProgress
+from credo.rollout.generate import TransformersBackend
 from credo.rollout.groups import ProblemStream, Rollout, sample_groups
+from credo.rollout.reset_plan import SPLITS
+from credo.rollout.resets import sample_resets
 from credo.tasks import Task, build_task
 from credo.testbed import warmup_cosine
 
@@ -42,6 +46,7 @@ class Trainer:
     scheduler: torch.optim.lr_scheduler.LambdaLR
     device: torch.device
     autocast: bool
+    backend: TransformersBackend
 
 
 def train(config: RunConfig, run_dir, *, resume: bool = False, show_progress: bool = True) -> dict:
@@ -56,7 +61,7 @@ def train(config: RunConfig, run_dir, *, resume: bool = False, show_progress: bo
     with TrainProgress(config.train.steps, state.step, enabled=show_progress) as progress:
         while state.step < config.train.steps:
             started = time.perf_counter()
-            rollout = sample_groups(trainer.model, trainer.tokenizer, trainer.task, stream, config.rollout)
+            rollout = sample_rollout(trainer, stream)
             generated = time.perf_counter()
             batch = score(trainer, rollout)
             batch, credit_metrics = trainer.method.credit(batch)
@@ -92,7 +97,10 @@ def train(config: RunConfig, run_dir, *, resume: bool = False, show_progress: bo
 def build_trainer(config: RunConfig, run: RunDirectory) -> Trainer:
     device = pick_device(config.train.device)
     torch.manual_seed(config.train.seed)
+    random.seed(config.train.seed)  # the random localiser's stream (checkpointed with torch's)
     method = get_method(config.method, estimator=config.credit, loss=config.loss)
+    if method.sampler == "resets" and SPLITS[config.rollout.resets.split].train_prefix:
+        method = method.with_overrides(estimator={"train_prefix": True})  # the `nomask` split
     task = build_task(config.task)
     model, tokenizer = load_model(config.model, device)
     model.train()
@@ -110,7 +118,9 @@ def build_trainer(config: RunConfig, run: RunDirectory) -> Trainer:
     autocast = config.model.autocast_bf16
     if autocast is None:
         autocast = device.type == "cuda" and torch.cuda.is_bf16_supported()
-    return Trainer(config, run, method, task, model, tokenizer, optimizer, scheduler, device, autocast)
+    backend = TransformersBackend(model, tokenizer, batch_size=config.rollout.generation_batch_size,
+                                  stop=config.rollout.stop)
+    return Trainer(config, run, method, task, model, tokenizer, optimizer, scheduler, device, autocast, backend)
 
 
 def pick_device(name: str) -> torch.device:
@@ -138,6 +148,15 @@ def start_or_resume(trainer: Trainer, resume: bool) -> TrainState:
 
 
 # ------------------------------------------------------------------------------------------- the step
+def sample_rollout(trainer: Trainer, stream: ProblemStream) -> Rollout:
+    """The method's sampler: i.i.d. groups, or reset groups (RRPO/SRPO)."""
+    config, method = trainer.config, trainer.method
+    if method.sampler == "resets":
+        localiser = config.rollout.resets.localiser or method.localiser
+        return sample_resets(trainer.backend, trainer.task, stream, config.rollout, localiser)
+    return sample_groups(trainer.backend, trainer.task, stream, config.rollout)
+
+
 def score(trainer: Trainer, rollout: Rollout) -> RolloutBatch:
     """The rollout as a batch, with the behaviour policy's log-probs and entropies (computed once, no grad)."""
     c = rollout.completions
@@ -164,6 +183,8 @@ def score(trainer: Trainer, rollout: Rollout) -> RolloutBatch:
         correct=torch.tensor([v.correct for v in rollout.verdicts], device=trainer.device),
         prompt_ids=c.prompt_ids.to(trainer.device),
         prompt_mask=c.prompt_mask.to(trainer.device),
+        prefix_len=None if rollout.prefix_len is None else rollout.prefix_len.to(trainer.device),
+        segment_ids=None if rollout.segment_ids is None else rollout.segment_ids.to(trainer.device),
     )
 
 

@@ -134,3 +134,21 @@ def cut_response(row: list[int], eos: int, pad: int, tokenizer, stop: list[str])
     while row and row[-1] == pad and pad != eos:
         row = row[:-1]
     return row, False
+
+
+class TransformersBackend:
+    """The generation backend the samplers call: a transformers model and its tokenizer.
+
+    Samplers only need `tokenizer` and `generate(prompts, ...)`, so a scripted policy (tests) or another
+    engine can stand in for it.
+    """
+
+    def __init__(self, model, tokenizer, *, batch_size: int = 256, stop: list[str] | None = None) -> None:
+        self.model, self.tokenizer, self.batch_size, self.stop = model, tokenizer, batch_size, stop
+
+    def generate(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 1.0,
+                 top_p: float = 1.0, greedy: bool = False, repeat: int = 1) -> Completions:
+        return generate(
+            self.model, self.tokenizer, prompts, max_new_tokens=max_new_tokens, temperature=temperature,
+            top_p=top_p, greedy=greedy, stop=self.stop, batch_size=self.batch_size, repeat=repeat,
+        )

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from credo.config import RolloutConfig
-from credo.rollout.generate import Completions, encode_prompts, generate, left_pad, right_pad
+from credo.rollout.generate import Completions, encode_prompts, left_pad, right_pad
 from credo.tasks import Problem, Task, Verdict
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,8 @@ class Rollout:
     group_id: Tensor  # (N,) int
     generated_tokens: int
     metrics: dict[str, float] = field(default_factory=dict)
+    prefix_len: Tensor | None = None  # (N,) int: leading response tokens that are a kept prefix (resets)
+    segment_ids: Tensor | None = None  # (N, T) int: thought index per response token, -1 on padding
 
 
 def verify_all(task: Task, problems: list[Problem], texts: list[str], on_error: str) -> tuple[list[Verdict], int]:
@@ -70,13 +72,13 @@ def overlong_penalty(lengths: Tensor, max_new_tokens: int, buffer: int) -> Tenso
     return -((lengths - (max_new_tokens - buffer)).clamp(min=0) / buffer).clamp(max=1.0)
 
 
-def sample_round(model, tokenizer, task: Task, problems: list[Problem], config: RolloutConfig) -> Rollout:
+def sample_round(backend, task: Task, problems: list[Problem], config: RolloutConfig) -> Rollout:
     """One round: `group_size` samples for each problem, verified."""
     rows = [p for p in problems for _ in range(config.group_size)]
-    prompts = encode_prompts(tokenizer, [p.prompt for p in problems])
-    completions = generate(
-        model, tokenizer, prompts, max_new_tokens=config.max_new_tokens, temperature=config.temperature,
-        top_p=config.top_p, stop=config.stop, batch_size=config.generation_batch_size, repeat=config.group_size,
+    prompts = encode_prompts(backend.tokenizer, [p.prompt for p in problems])
+    completions = backend.generate(
+        prompts, max_new_tokens=config.max_new_tokens, temperature=config.temperature, top_p=config.top_p,
+        repeat=config.group_size,
     )
     verdicts, errors = verify_all(task, rows, completions.texts, config.reward_errors)
     rewards = torch.tensor([v.reward for v in verdicts], dtype=torch.float32)
@@ -87,25 +89,25 @@ def sample_round(model, tokenizer, task: Task, problems: list[Problem], config: 
     return Rollout(rows, completions, verdicts, rewards, group_id, completions.tokens, {"rollout/reward_errors": errors})
 
 
-def sample_groups(model, tokenizer, task: Task, stream: ProblemStream, config: RolloutConfig) -> Rollout:
+def sample_groups(backend, task: Task, stream: ProblemStream, config: RolloutConfig) -> Rollout:
     """`prompts_per_step` verified groups; with dynamic sampling, groups with equal rewards are replaced
     by groups of fresh prompts (at most `max_refills` extra rounds; any shortfall is filled with the
     dropped groups, which carry no gradient)."""
-    rollout = sample_round(model, tokenizer, task, stream.take(config.prompts_per_step), config)
+    rollout = sample_round(backend, task, stream.take(config.prompts_per_step), config)
     if not config.dynamic_sampling:
         return rollout
     rounds = [rollout]
     kept, dropped = _split_constant(rollout, config.group_size)
     refills = 0
     while len(kept) < config.prompts_per_step and refills < config.max_refills:
-        extra = sample_round(model, tokenizer, task, stream.take(config.prompts_per_step - len(kept)), config)
+        extra = sample_round(backend, task, stream.take(config.prompts_per_step - len(kept)), config)
         rounds.append(extra)
         more_kept, more_dropped = _split_constant(extra, config.group_size)
         kept += more_kept
         dropped += more_dropped
         refills += 1
     chosen = (kept + dropped)[: config.prompts_per_step]
-    merged = _merge(chosen, config.group_size, tokenizer.pad_token_id)
+    merged = _merge(chosen, config.group_size, backend.tokenizer.pad_token_id)
     merged.generated_tokens = sum(r.generated_tokens for r in rounds)
     merged.metrics = {
         "rollout/reward_errors": sum(r.metrics["rollout/reward_errors"] for r in rounds),

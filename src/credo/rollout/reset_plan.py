@@ -73,13 +73,14 @@ def plan(correct: Sequence[bool], split: Split, max_draws: int = 12) -> ResetPla
 
 
 def draws_needed(correct: Sequence[bool], split: Split, max_draws: int = 12) -> int:
-    """How many more draws to request now: enough for the best case, never past `max_draws`.
+    """How many more draws to request in the next batched round, never past `max_draws`.
 
-    With `s` seeds and `b` base rows still missing, the best case needs `s + b` draws (each new draw fills
-    one place); an incomplete plan at least one.
+    At least the places still missing (seeds + base rows, the best case), and at least as many draws as
+    exist (doubling), so a prompt that keeps succeeding reaches its 12 draws in three rounds, not eight:
+    resets cost some extra tokens (all counted) rather than many sequential generation calls.
     """
     current = plan(correct, split, max_draws)
     if current.complete:
         return 0
     missing = (split.seeds - len(current.seeds)) + (split.base - len(current.base))
-    return max(1, min(missing, max_draws - len(correct)))
+    return min(max(missing, len(correct)), max_draws - len(correct))

@@ -1,0 +1,213 @@
+"""The reset sampler of RRPO and SRPO (arXiv 2605.25507; METHODS.md sec. 4).
+
+For every prompt of a step, batched across prompts:
+1. Draw fresh rollouts (thought MDP episodes) in a few batched rounds, at most `max_draws`; plan seeds and
+   base rows with `credo.rollout.reset_plan` (a prompt without a failure becomes a plain group).
+2. Localise each seed's first wrong thought `k` (`random`, `self` or `oracle`; never trained on).
+3. Keep the seed's thoughts `1..k-1` as a prefix (token ids, no re-tokenisation) and sample the
+   continuations of `prompt + prefix` together, the prefix's KV cache shared across its continuations.
+   A continuation's reward is the reward of the whole response (prefix + continuation).
+Base and suffix groups get their own group ids (normalised separately); suffix rows record the prefix
+length, so the credit estimator trains them only after it. Every generated token is counted, by kind.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch
+from credo.evaluate import pass_at_k
+from credo.rollout.generate import Completions, encode_prompts, left_pad, right_pad
+from credo.rollout.groups import ProblemStream, Rollout, verify_all
+from credo.rollout.localise import localisation_prompt, parse_step
+from credo.rollout.reset_plan import SPLITS, draws_needed, plan
+from credo.rollout.thoughts import Episode, ThoughtRules, episode, token_pieces
+from credo.config import ResetConfig
+from credo.tasks import Problem, Task, Verdict
+
+
+@dataclass
+class Row:
+    """One sampled response: the episode kept, its verdict, and where it belongs."""
+
+    problem: Problem
+    prompt: list[int]
+    episode: Episode
+    text: str
+    verdict: Verdict
+    truncated: bool
+    prefix_len: int = 0
+    tokens: int = 0
+    """Tokens generated for this row (a continuation: its own tokens, not the prefix)."""
+
+
+@dataclass
+class Seed:
+    prompt_index: int
+    row: Row
+    k: int = 1
+    """Localised first wrong thought (1-based)."""
+    oracle_k: int | None = None
+    how: str = ""
+    continuations: list[Row] = field(default_factory=list)
+
+
+def sample_resets(backend, task: Task, stream: ProblemStream, config, localiser: str) -> Rollout:
+    """`config.prompts_per_step` prompts' reset groups as one rollout (see the module docstring)."""
+    resets: ResetConfig = config.resets
+    split = SPLITS[resets.split]
+    problems = stream.take(config.prompts_per_step)
+    prompts = encode_prompts(backend.tokenizer, [p.prompt for p in problems])
+    cost = Counter()
+    draws = draw_rounds(backend, task, problems, prompts, config, resets, split, cost)
+    plans = [plan([r.verdict.correct for r in d], split, resets.max_draws) for d in draws]
+    seeds = [Seed(i, draws[i][s]) for i, p in enumerate(plans) for s in p.seeds]
+    localise(backend, task, seeds, resets, localiser, cost)
+    continue_seeds(backend, task, seeds, config, split, cost)
+    groups: list[list[Row]] = []
+    for i, p in enumerate(plans):
+        if p.base:
+            groups.append([draws[i][j] for j in p.base])
+        cost["base"] += sum(draws[i][j].tokens for j in p.base)
+        cost["seed"] += sum(r.tokens for j, r in enumerate(draws[i]) if j not in p.base)
+    groups += [s.continuations for s in seeds]
+    rollout = assemble(groups, backend.tokenizer.pad_token_id, sum(cost.values()))
+    rollout.metrics = reset_metrics(plans, seeds, cost, task.checks_steps)
+    return rollout
+
+
+def draw_rounds(backend, task, problems, prompts, config, resets, split, cost) -> list[list[Row]]:
+    """Fresh draws per prompt, in batched rounds, until every prompt's plan is complete."""
+    draws: list[list[Row]] = [[] for _ in problems]
+    while True:
+        needed = [draws_needed([r.verdict.correct for r in d], split, resets.max_draws) for d in draws]
+        if not any(needed):
+            return draws
+        for count in sorted(set(needed) - {0}):
+            chosen = [i for i, n in enumerate(needed) if n == count]
+            out = backend.generate([prompts[i] for i in chosen], max_new_tokens=config.max_new_tokens,
+                                   temperature=config.temperature, top_p=config.top_p, repeat=count)
+            rows = make_rows(backend.tokenizer, task, [problems[i] for i in chosen for _ in range(count)],
+                             out, resets.thoughts, config.reward_errors)
+            for slot, row in enumerate(rows):
+                draws[chosen[slot // count]].append(row)
+
+
+def make_rows(tokenizer, task, problems, out: Completions, rules: ThoughtRules, on_error: str,
+              prefixes: list[list[int]] | None = None) -> list[Row]:
+    """Rows from generated completions: (prefix +) response cut to its episode, verified."""
+    rows = []
+    for n, problem in enumerate(problems):
+        generated = out.response_ids[n][out.response_mask[n]].tolist()
+        prefix = prefixes[n] if prefixes else []
+        full = prefix + generated
+        kept = episode(full, token_pieces(tokenizer, full), rules)
+        prompt = out.prompt_ids[n][out.prompt_mask[n]].tolist()
+        rows.append(Row(problem, prompt[: len(prompt) - len(prefix)], kept,
+                        tokenizer.decode(kept.ids, skip_special_tokens=True), None, bool(out.truncated[n]),
+                        prefix_len=len(prefix), tokens=len(generated)))
+    verdicts, _ = verify_all(task, [r.problem for r in rows], [r.text for r in rows], on_error)
+    for row, verdict in zip(rows, verdicts):
+        row.verdict = verdict
+    return rows
+
+
+def localise(backend, task, seeds: list[Seed], resets: ResetConfig, localiser: str, cost) -> None:
+    """Set each seed's `k` (and `oracle_k` where the task checks steps). The random localiser draws from
+    Python's global RNG, which the trainer seeds and checkpoints."""
+    for seed in seeds:
+        n = seed.row.episode.num_thoughts
+        if task.checks_steps:
+            wrong = seed.row.verdict.first_wrong_step
+            seed.oracle_k = min(n, wrong + 1) if wrong is not None else n
+        if localiser == "random":
+            seed.k, seed.how = random.randint(1, n), "random"
+        elif localiser == "oracle":
+            if seed.oracle_k is None:
+                raise ValueError(f"the oracle localiser needs a task with a step checker; {task.name} has none")
+            seed.k, seed.how = seed.oracle_k, "oracle"
+    if localiser != "self" or not seeds:
+        return
+    tokenizer = backend.tokenizer
+    texts = []
+    for seed in seeds:
+        ep = seed.row.episode
+        thoughts = [tokenizer.decode(ep.ids[a:b], skip_special_tokens=True) for a, b in zip([0] + ep.ends, ep.ends)]
+        texts.append(localisation_prompt(seed.row.problem.prompt, thoughts, resets.localiser_prompt))
+    temperature = resets.localiser_temperature
+    if temperature is None:
+        temperature = 0.0 if resets.split == "1x8" else 0.3
+    out = backend.generate(encode_prompts(tokenizer, texts), max_new_tokens=resets.localiser_max_tokens,
+                           temperature=max(temperature, 1e-5), greedy=temperature == 0.0)
+    cost["localisation"] += out.tokens
+    for seed, reply in zip(seeds, out.texts):
+        seed.k, seed.how = parse_step(reply, seed.row.episode.num_thoughts)
+
+
+def continue_seeds(backend, task, seeds: list[Seed], config, split, cost) -> None:
+    """Sample every seed's continuations from `prompt + prefix` in one batch (shared prefix caches)."""
+    if not seeds:
+        return
+    prefixes = [s.row.episode.prefix(s.k - 1) for s in seeds]
+    out = backend.generate([s.row.prompt + p for s, p in zip(seeds, prefixes)], max_new_tokens=config.max_new_tokens,
+                           temperature=config.temperature, top_p=config.top_p, repeat=split.continuations)
+    c = split.continuations
+    rows = make_rows(backend.tokenizer, task, [s.row.problem for s in seeds for _ in range(c)], out,
+                     config.resets.thoughts, config.reward_errors, prefixes=[p for p in prefixes for _ in range(c)])
+    for i, seed in enumerate(seeds):
+        seed.continuations = rows[i * c : (i + 1) * c]
+    cost["suffix"] += sum(r.tokens for r in rows)
+
+
+def assemble(groups: list[list[Row]], pad: int, tokens: int) -> Rollout:
+    """One rollout of the groups' rows, with group ids, prefix lengths and thought ids per token."""
+    rows = [r for g in groups for r in g]
+    prompt_ids, prompt_mask = left_pad([r.prompt for r in rows], pad)
+    response_ids, response_mask = right_pad([r.episode.ids for r in rows], pad)
+    segments = torch.full(response_ids.shape, -1, dtype=torch.long)
+    for n, r in enumerate(rows):
+        segments[n, : len(r.episode.ids)] = torch.tensor(r.episode.segment_ids(), dtype=torch.long)
+    completions = Completions(prompt_ids, prompt_mask, response_ids, response_mask, [r.text for r in rows],
+                              torch.tensor([r.truncated for r in rows]))
+    return Rollout(
+        problems=[r.problem for r in rows],
+        completions=completions,
+        verdicts=[r.verdict for r in rows],
+        rewards=torch.tensor([r.verdict.reward for r in rows], dtype=torch.float32),
+        group_id=torch.arange(len(groups)).repeat_interleave(torch.tensor([len(g) for g in groups])),
+        generated_tokens=tokens,
+        prefix_len=torch.tensor([r.prefix_len for r in rows], dtype=torch.long),
+        segment_ids=segments,
+    )
+
+
+def reset_metrics(plans, seeds: list[Seed], cost: Counter, checks_steps: bool) -> dict[str, float]:
+    metrics: dict[str, float] = {
+        "resets/seed_share": sum(not p.fallback for p in plans) / len(plans),
+        "resets/fallbacks": float(sum(p.fallback for p in plans)),
+    }
+    for kind in ("base", "seed", "localisation", "suffix"):
+        metrics[f"resets/tokens_{kind}"] = float(cost[kind])
+    if not seeds:
+        return metrics
+    metrics["resets/position_mean"] = sum(s.k - 1 for s in seeds) / len(seeds)
+    metrics["resets/position_rel_mean"] = sum((s.k - 1) / s.row.episode.num_thoughts for s in seeds) / len(seeds)
+    metrics["resets/parse_fallback_share"] = sum(s.how == "fallback" for s in seeds) / len(seeds)
+    if checks_steps:
+        by_error: dict[str, list[Seed]] = {"exact": [], "earlier": [], "later": []}
+        for s in seeds:
+            by_error["exact" if s.k == s.oracle_k else "earlier" if s.k < s.oracle_k else "later"].append(s)
+        for name, group in by_error.items():
+            metrics[f"resets/localiser_{name}"] = len(group) / len(seeds)
+            rows = [r for s in group for r in s.continuations]
+            if rows:
+                metrics[f"resets/correction_rate_{name}"] = sum(r.verdict.correct for r in rows) / len(rows)
+        for name, clean in (("clean", True), ("wrong", False)):
+            group = [s for s in seeds if (s.k <= s.oracle_k) == clean]
+            passes = [pass_at_k(len(s.continuations), sum(r.verdict.correct for r in s.continuations),
+                                min(4, len(s.continuations))) for s in group]
+            if passes:
+                metrics[f"resets/suffix_pass@4_{name}_prefix"] = sum(passes) / len(passes)
+    return metrics
