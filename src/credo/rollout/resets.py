@@ -66,13 +66,13 @@ def sample_resets(backend, task: Task, stream: ProblemStream, config, localiser:
     seeds = [Seed(i, draws[i][s]) for i, p in enumerate(plans) for s in p.seeds]
     localise(backend, task, seeds, resets, localiser, cost)
     continue_seeds(backend, task, seeds, config, split, cost)
-    groups: list[list[Row]] = []
+    groups: list[list[Row]] = []  # per prompt: its base (or plain) group, then its suffix groups
     for i, p in enumerate(plans):
         if p.base:
             groups.append([draws[i][j] for j in p.base])
+        groups += [s.continuations for s in seeds if s.prompt_index == i]
         cost["base"] += sum(draws[i][j].tokens for j in p.base)
         cost["seed"] += sum(r.tokens for j, r in enumerate(draws[i]) if j not in p.base)
-    groups += [s.continuations for s in seeds]
     rollout = assemble(groups, backend.tokenizer.pad_token_id, sum(cost.values()))
     rollout.metrics = reset_metrics(plans, seeds, cost, task.checks_steps)
     return rollout
