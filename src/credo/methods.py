@@ -142,6 +142,11 @@ _add(Method(
     "resets", ResetAdvantage(), ReinforceLoss(empty_rows="count"), localiser="self",
 ))
 _add(Method(
+    "srpo_clip", "reset", "2605.25507",
+    "SRPO's ablation: the same reset groups and masks with GRPO's PPO-clip loss instead of REINFORCE",
+    "resets", ResetAdvantage(), ClipLoss(empty_rows="count"), localiser="self",
+))
+_add(Method(
     "ibpo", "revision", "2605.16302",
     "failures the policy can repair from a sibling are penalised less; only edited tokens train",
     "revisions", RevisionAdvantage(), TraceLoss(**_GSPO_CLIP),

@@ -58,7 +58,7 @@ class TestbedConfig(BaseModel):
     task: ArithConfig = ArithConfig(min_steps=1, max_steps=6)
     """Chains and noise of the SFT traces (chain lengths here are the SFT distribution)."""
     model: TestbedModel = TestbedModel()
-    steps: int = Field(1000, ge=1)
+    steps: int = Field(850, ge=1)
     """SFT optimiser steps."""
     batch_size: int = Field(128, ge=1)
     micro_batches: int = Field(4, ge=1)

@@ -118,7 +118,7 @@ def localise(backend, task, seeds: list[Seed], resets: ResetConfig, localiser: s
     """Set each seed's `k` (and `oracle_k` where the task checks steps). The random localiser draws from
     Python's global RNG, which the trainer seeds and checkpoints."""
     for seed in seeds:
-        n = seed.row.episode.num_thoughts
+        n = max(1, seed.row.episode.num_thoughts)  # an empty response is one empty thought
         if task.checks_steps:
             wrong = seed.row.verdict.first_wrong_step
             seed.oracle_k = min(n, wrong + 1) if wrong is not None else n
@@ -143,7 +143,7 @@ def localise(backend, task, seeds: list[Seed], resets: ResetConfig, localiser: s
                            temperature=max(temperature, 1e-5), greedy=temperature == 0.0)
     cost["localisation"] += out.tokens
     for seed, reply in zip(seeds, out.texts):
-        seed.k, seed.how = parse_step(reply, seed.row.episode.num_thoughts)
+        seed.k, seed.how = parse_step(reply, max(1, seed.row.episode.num_thoughts))
 
 
 def continue_seeds(backend, task, seeds: list[Seed], config, split, cost) -> None:
