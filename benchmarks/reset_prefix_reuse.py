@@ -3,13 +3,16 @@
 RRPO/SRPO sample `c = 4` continuations from each seed's `prompt + prefix`. credo's `generate(..., repeat=c)`
 computes each prefix's KV cache once and expands it across its continuations; the reference re-encodes
 the prefix for every continuation (the prompt repeated `c` times). Both run here, one after the other, on
-the same random-initialised Llama (no weights needed: the cost does not depend on them), with a prefix of
-3/4 of the response budget and greedy decoding (both paths must give the same tokens, checked).
+the same random-initialised Llama (no weights needed: the cost does not depend on them; default hidden 512
+x 8 layers, 25M parameters), with a prefix of 3/4 of the response budget and greedy decoding (both paths
+must give the same tokens, checked). The saving is the prefill of `c - 1` prefix copies; on a CPU the
+decoding steps cost about the same on both paths, so the ratio grows with the model's size (prefill is
+compute, decoding is mostly per-step overhead at these sizes): hidden 256 x 4 layers gives about 1.25.
 
 Last line: `RESULT prefix_reuse_speedup=<reference time / shared-cache time>` (target >= 1.5).
 
-    python benchmarks/reset_prefix_reuse.py                 # budget 1024: prefix 768, 256 new tokens
-    python benchmarks/reset_prefix_reuse.py --budget 512 --seeds 4
+    python benchmarks/reset_prefix_reuse.py                 # budget 1024: prefix 768, 256 new tokens (~4 min)
+    python benchmarks/reset_prefix_reuse.py --hidden 256 --layers 4
 """
 
 from __future__ import annotations
@@ -45,9 +48,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--budget", type=int, default=1024, help="response budget; the prefix is 3/4 of it")
     parser.add_argument("--seeds", type=int, default=8, help="prefixes (seeds) generated together")
     parser.add_argument("--continuations", type=int, default=4)
-    parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument("--layers", type=int, default=4)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--hidden", type=int, default=512)
+    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args(argv)
     prefix_len = 3 * args.budget // 4
     new_tokens = args.budget - prefix_len

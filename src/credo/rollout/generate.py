@@ -72,8 +72,8 @@ def generate(
 ) -> Completions:
     """Sample `repeat` responses per prompt (rows in prompt order: prompt 0's samples first).
 
-    With `repeat > 1` each prompt's KV cache is computed once and expanded across its samples instead of
-    re-encoding the prompt per sample (a group's prompt, a reset's prefix). Randomness: torch's global RNG.
+    Each prompt's KV cache is computed once and copied to its samples instead of re-encoding the prompt per
+    sample (a group's prompt, a reset's prefix), into a static cache. Randomness: torch's global RNG.
     A response ends after the tokenizer's end token (kept: the model learns to stop) or at the end of a
     stop string (kept), or is cut at `max_new_tokens` (`truncated`).
     """
@@ -89,7 +89,7 @@ def generate(
     for start in range(0, len(prompts), per_call):
         ids, mask = left_pad(prompts[start : start + per_call], pad)
         ids, mask = ids.to(device), mask.long().to(device)
-        cache = shared_prompt_cache(model, ids, mask, repeat) if repeat > 1 else None
+        cache = shared_prompt_cache(model, ids, mask, repeat, ids.shape[1] + max_new_tokens)
         out = model.generate(
             input_ids=ids.repeat_interleave(repeat, dim=0), attention_mask=mask.repeat_interleave(repeat, dim=0),
             past_key_values=cache, max_new_tokens=max_new_tokens, pad_token_id=pad, eos_token_id=eos, top_k=None,
@@ -105,19 +105,27 @@ def generate(
     return Completions(prompt_ids, prompt_mask, response_ids, response_mask, texts, torch.tensor(truncated))
 
 
-def shared_prompt_cache(model, ids: Tensor, mask: Tensor, repeat: int):
-    """The KV cache of every prompt but its last token, computed once and repeated `repeat` times per row.
+def shared_prompt_cache(model, ids: Tensor, mask: Tensor, repeat: int, max_length: int):
+    """A static KV cache of `max_length` positions holding every prompt but its last token, computed once
+    per prompt and copied to its `repeat` samples.
 
-    `generate` then feeds only the last prompt token of each sample (the uncached tail) before sampling.
+    `generate` then feeds only the last prompt token of each sample before sampling. A static cache is
+    written in place; transformers' dynamic cache grows by concatenation at every decoding step, which
+    copies the whole cache each step and dominated CPU decoding of long sequences (see
+    benchmarks/reset_prefix_reuse.py).
     """
-    from transformers import DynamicCache
+    from transformers import DynamicCache, StaticCache
 
-    cache = DynamicCache(config=model.config)
+    cache = StaticCache(config=model.config, max_cache_len=max_length)
     if ids.shape[1] > 1:
+        prefill = DynamicCache(config=model.config)
         positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
         model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=positions[:, :-1],
-              past_key_values=cache, use_cache=True)
-    cache.batch_repeat_interleave(repeat)
+              past_key_values=prefill, use_cache=True)
+        where = torch.arange(ids.shape[1] - 1, device=ids.device)
+        for index, layer in enumerate(prefill.layers):
+            cache.update(layer.keys.repeat_interleave(repeat, dim=0), layer.values.repeat_interleave(repeat, dim=0),
+                         index, {"cache_position": where})
     return cache
 
 
