@@ -189,3 +189,18 @@ def test_separate_normalisation_and_suffix_masks_through_the_credit_estimator():
         p = int(rollout.prefix_len[row])
         assert p > 0 and not credited.loss_mask[row, :p].any() and credited.loss_mask[row, p]
         assert abs(float(adv[row, p])) == pytest.approx(1.0, rel=1e-5)  # 2 right, 2 wrong: A = +-1
+
+
+def test_degenerate_responses_never_crash():
+    # A policy that never writes the delimiter (thoughts end at the token cap), empty replies, and an
+    # all-garbage localiser: every rule of METHODS.md sec. 4 applies, nothing crashes, and it is counted.
+    replies = iter(["", "no delimiter here at all", "12345678901234567890"] * 20)
+    policy = ScriptedPolicy(lambda p: next(replies), lambda p, a: "", localise=lambda text: "")
+    cfg = load_config(None, ["rollout.prompts_per_step=2", "method=srpo",
+                             "rollout.resets={thoughts: {cap_tokens: 4}, localiser: self}"]).rollout
+    rollout = run(policy, cfg, localiser="self")
+    assert rollout.metrics["resets/parse_fallback_share"] == 1.0  # no number: step 1
+    assert rollout.metrics["resets/seed_share"] == 1.0 and not any(v.correct for v in rollout.verdicts)
+    assert rollout.prefix_len.tolist() == [0] * 16  # reset to step 1: empty prefixes
+    segments = rollout.segment_ids[rollout.completions.response_mask]
+    assert int(segments.max()) >= 2  # long replies were cut into several 4-token thoughts
