@@ -17,7 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator, model_validator
 
 from credo.methods import get_method
-from credo.rollout.localise import LOCALISE_PROMPT
+from credo.rollout.localise import LOCALISE_PROMPT, STEP_FORMAT
 from credo.rollout.thoughts import ThoughtRules
 from credo.tasks import TASKS
 
@@ -78,6 +78,9 @@ class ResetConfig(Section):
     localiser_max_tokens: int = Field(64, ge=1)
     """Reply budget of the self-localiser (the paper: 4096 for real models)."""
     localiser_prompt: str = LOCALISE_PROMPT
+    """The self-localiser's prompt, with `{problem}` and `{steps}` (the testbed: `TESTBED_PROMPT`)."""
+    localiser_step_format: str = STEP_FORMAT
+    """How each thought appears in `{steps}`, with `{i}` and `{thought}`."""
     thoughts: ThoughtRules = ThoughtRules()
 
 

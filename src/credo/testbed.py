@@ -24,7 +24,9 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from credo.io import atomic_directory, cache_root
+from credo.rollout.localise import TESTBED_PROMPT, TESTBED_STEP_FORMAT, localisation_prompt
 from credo.tasks.arith import ArithConfig, ArithTask, noisy_solution
+from credo.tasks.base import THOUGHT_END
 
 USER, ASSISTANT, END, PAD, UNK = "<|user|>", "<|assistant|>", "<|end|>", "<pad>", "<unk>"
 SPECIAL = [PAD, UNK, USER, ASSISTANT, END]
@@ -50,6 +52,22 @@ class TestbedModel(BaseModel):
     max_positions: int = Field(96, ge=32)
 
 
+class LocalisationJob(BaseModel):
+    """SFT examples that teach the testbed model SRPO's self-localisation job: a failed chain in the
+    compact localiser prompt (`credo.rollout.localise.TESTBED_PROMPT`) -> `\\boxed{k}`, the first wrong
+    thought, right with probability `p_exact`, otherwise an earlier or a later thought in the proportions
+    the SRPO paper measured for real models (exact 12%, earlier 38%, later 51%), so that the self-localiser
+    is as fallible as a real one and the oracle stays the upper bound."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    share: float = Field(0.0625, ge=0.0, lt=1.0)
+    """Share of SFT examples that are localisation examples (0 disables the job)."""
+    p_exact: float = Field(0.12, ge=0.0, le=1.0)
+    p_earlier: float = Field(0.38, ge=0.0, le=1.0)
+    """Probability of an earlier thought (the rest, `1 - p_exact - p_earlier`, is a later one)."""
+
+
 class TestbedConfig(BaseModel):
     """Everything that determines the testbed model (its hash names the cache entry)."""
 
@@ -58,6 +76,7 @@ class TestbedConfig(BaseModel):
     task: ArithConfig = ArithConfig(min_steps=1, max_steps=6)
     """Chains and noise of the SFT traces (chain lengths here are the SFT distribution)."""
     model: TestbedModel = TestbedModel()
+    localisation: LocalisationJob = LocalisationJob()
     steps: int = Field(850, ge=1)
     """SFT optimiser steps."""
     batch_size: int = Field(128, ge=1)
@@ -110,8 +129,10 @@ def new_model(config: TestbedModel, tokenizer):
     return LlamaForCausalLM(llama)
 
 
-def sft_examples(task: ArithTask, tokenizer, rng: random.Random, size: int) -> list[tuple[list[int], list[int]]]:
-    """`size` noisy traces of chain lengths drawn per example, as (prompt ids, response ids + end token).
+def sft_examples(config: TestbedConfig, task: ArithTask, tokenizer, rng: random.Random,
+                 size: int) -> list[tuple[list[int], list[int]]]:
+    """`size` SFT examples as (prompt ids, response ids + end token): noisy solution traces of chain
+    lengths drawn per example, and a `localisation.share` of localisation examples.
 
     Every batch mixes all chain lengths: batches of one length each (cheaper to pad) trained far worse
     (greedy 4% vs 30% on 2-step chains after 400 steps), so lengths are mixed and `micro_batches` (below)
@@ -120,11 +141,33 @@ def sft_examples(task: ArithTask, tokenizer, rng: random.Random, size: int) -> l
     prompt_texts, responses = [], []
     for _ in range(size):
         chain = task.random_chain(rng, rng.randint(task.config.min_steps, task.config.max_steps))
-        prompt_texts.append(chat_prompt(tokenizer, chain.prompt))
-        responses.append(noisy_solution(chain, task.config.noise, rng)[0] + END)
+        if rng.random() < config.localisation.share:
+            prompt, answer = localisation_example(config.localisation, task, chain, rng)
+        else:
+            prompt, answer = chain.prompt, noisy_solution(chain, task.config.noise, rng)[0]
+        prompt_texts.append(chat_prompt(tokenizer, prompt))
+        responses.append(answer + END)
     prompts = tokenizer(prompt_texts, add_special_tokens=False)["input_ids"]
     answers = tokenizer(responses, add_special_tokens=False)["input_ids"]
     return list(zip(prompts, answers))
+
+
+def localisation_example(job: LocalisationJob, task: ArithTask, chain, rng: random.Random) -> tuple[str, str]:
+    """A failed noisy trace of `chain` in the localiser prompt, and the (noisy) boxed first wrong thought."""
+    while True:
+        trace, _ = noisy_solution(chain, task.config.noise, rng)
+        wrong, _ = task.first_wrong_step(chain, trace)
+        if wrong is not None and not task.verify(task.problem(chain), trace).correct:
+            break
+    thoughts = [t + THOUGHT_END for t in trace.split(THOUGHT_END)[:-1]] + [trace.split(THOUGHT_END)[-1]]
+    n, k = len(thoughts), wrong + 1
+    draw = rng.random()
+    if draw >= job.p_exact and draw < job.p_exact + job.p_earlier and k > 1:
+        k = rng.randint(1, k - 1)
+    elif draw >= job.p_exact + job.p_earlier and k < n:
+        k = rng.randint(k + 1, n)
+    prompt = localisation_prompt(chain.prompt, thoughts, TESTBED_PROMPT, TESTBED_STEP_FORMAT)
+    return prompt, f"\\boxed{{{k}}}"
 
 
 def micro_batches(examples: list[tuple[list[int], list[int]]], parts: int, pad: int) -> list[dict[str, torch.Tensor]]:
@@ -202,7 +245,7 @@ def build_testbed(
     start = time.perf_counter()
     model.train()
     for step in range(config.steps):
-        examples = sft_examples(task, tokenizer, rng, config.batch_size)
+        examples = sft_examples(config, task, tokenizer, rng, config.batch_size)
         loss = sft_step(model, micro_batches(examples, config.micro_batches, tokenizer.pad_token_id))
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()

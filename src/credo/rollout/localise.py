@@ -28,9 +28,18 @@ _BOXED_INT = re.compile(r"\\boxed\{\s*(-?\d+)\s*\}")
 _STEP = re.compile(r"[Ss]tep\s*(\d+)")
 
 
-def localisation_prompt(problem: str, thoughts: list[str], template: str = LOCALISE_PROMPT) -> str:
-    steps = "\n".join(f"Step {i}: {t.strip()}" for i, t in enumerate(thoughts, start=1))
-    return template.format(problem=problem, steps=steps, n=len(thoughts))
+STEP_FORMAT = "Step {i}: {thought}\n"
+"""How each thought is shown to the localiser (`{i}` is 1-based)."""
+
+TESTBED_PROMPT = "first wrong step? {problem}\n{steps}"
+TESTBED_STEP_FORMAT = "{i}{thought}"
+"""The compact form the testbed model is trained to answer (its tokens are characters: brevity is speed)."""
+
+
+def localisation_prompt(problem: str, thoughts: list[str], template: str = LOCALISE_PROMPT,
+                        step_format: str = STEP_FORMAT) -> str:
+    steps = "".join(step_format.format(i=i, thought=t.strip()) for i, t in enumerate(thoughts, start=1))
+    return template.format(problem=problem, steps=steps.rstrip("\n"), n=len(thoughts))
 
 
 def parse_step(text: str, n: int) -> tuple[int, str]:

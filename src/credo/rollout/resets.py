@@ -135,7 +135,8 @@ def localise(backend, task, seeds: list[Seed], resets: ResetConfig, localiser: s
     for seed in seeds:
         ep = seed.row.episode
         thoughts = [tokenizer.decode(ep.ids[a:b], skip_special_tokens=True) for a, b in zip([0] + ep.ends, ep.ends)]
-        texts.append(localisation_prompt(seed.row.problem.prompt, thoughts, resets.localiser_prompt))
+        texts.append(localisation_prompt(seed.row.problem.prompt, thoughts, resets.localiser_prompt,
+                                         resets.localiser_step_format))
     temperature = resets.localiser_temperature
     if temperature is None:
         temperature = 0.0 if resets.split == "1x8" else 0.3
