@@ -6,4 +6,4 @@ from credo.methods import METHODS, Method, get_method
 
 __version__ = "0.1.0"
 
-__all__ = ["LOSSES", "METHODS", "LossOutput", "Method", "RolloutBatch", "aggregate", "get_method", "__version__"]
+__all__ = ["LOSSES", "METHODS", "LossOutput", "Method", "RolloutBatch", "__version__", "aggregate", "get_method"]

@@ -18,13 +18,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
+
+from credo.config import ResetConfig
 from credo.evaluate import pass_at_k
 from credo.rollout.generate import Completions, encode_prompts, left_pad, right_pad
 from credo.rollout.groups import ProblemStream, Rollout, verify_all
 from credo.rollout.localise import localisation_prompt, parse_step
 from credo.rollout.reset_plan import SPLITS, draws_needed, plan
 from credo.rollout.thoughts import Episode, ThoughtRules, episode, token_pieces
-from credo.config import ResetConfig
 from credo.tasks import Problem, Task, Verdict
 
 
