@@ -195,3 +195,15 @@ def test_config_validation():
         JsonlConfig(path="x", eval_fraction=1.0)
     with pytest.raises(ValueError, match=r"(?s)path\s+Field required"):
         JsonlConfig()
+
+
+def test_instruction_is_appended_to_every_prompt(tmp_path):
+    from credo.tasks import THOUGHT_INSTRUCTION, JsonlConfig, JsonlTask
+
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(f'{{"prompt": "q{i}", "answer": "{i}"}}\n' for i in range(20)))
+    task = JsonlTask(JsonlConfig(path=str(path), instruction=THOUGHT_INSTRUCTION))
+    first = next(task.train_problems(0))
+    assert first.prompt.startswith("q") and first.prompt.endswith("\n\n" + THOUGHT_INSTRUCTION)
+    assert all(p.prompt.endswith(THOUGHT_INSTRUCTION) for p in task.eval_problems())
+    assert task.verify(first, f"</thought>\\boxed{{{first.answer}}}").correct

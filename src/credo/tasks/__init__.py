@@ -1,7 +1,7 @@
 """Tasks: prompts with ground truth, verifiers, and step checkers where the task has them."""
 
 from credo.tasks.arith import ArithConfig, ArithTask
-from credo.tasks.base import TASKS, THOUGHT_END, Problem, Task, Verdict
+from credo.tasks.base import TASKS, THOUGHT_END, THOUGHT_INSTRUCTION, Problem, Task, Verdict
 from credo.tasks.jsonl import JsonlConfig, JsonlTask
 
 
@@ -11,4 +11,4 @@ def build_task(options: dict) -> Task:
     return cls(cls.Config(**options))
 
 
-__all__ = ["TASKS", "THOUGHT_END", "ArithConfig", "ArithTask", "JsonlConfig", "JsonlTask", "Problem", "Task", "Verdict", "build_task"]
+__all__ = ["TASKS", "THOUGHT_END", "THOUGHT_INSTRUCTION", "ArithConfig", "ArithTask", "JsonlConfig", "JsonlTask", "Problem", "Task", "Verdict", "build_task"]

@@ -17,6 +17,12 @@ from credo.registry import Registry
 THOUGHT_END = "</thought>"
 """Delimiter that closes a thought (one reasoning step) in step-checked tasks."""
 
+THOUGHT_INSTRUCTION = (
+    "Solve the problem step by step. Write each step as one self-contained thought and end every thought "
+    f"with {THOUGHT_END}. Put the final answer in \\boxed{{}}."
+)
+"""The rollout instruction of the thought MDP (RRPO/SRPO) for chat models (`task.instruction`)."""
+
 
 @dataclass(frozen=True)
 class Problem:

@@ -33,6 +33,9 @@ class JsonlConfig(BaseModel):
     """Held-out problems; None: hold out `eval_fraction` of `path` (a seeded split)."""
     eval_fraction: float = Field(0.1, gt=0.0, lt=1.0)
     match: Literal["auto", "boxed", "last_number"] = "auto"
+    instruction: str | None = None
+    """Appended to every prompt (after a blank line), e.g. `credo.tasks.THOUGHT_INSTRUCTION` for the thought
+    MDP of RRPO/SRPO: one step per thought, each closed by `</thought>`, the final answer boxed."""
 
 
 def read_problems(path: str | Path) -> list[Problem]:
@@ -106,6 +109,11 @@ class JsonlTask:
             self.held_out = [problems[i] for i in sorted(order[:cut])]
             self.train = [problems[i] for i in sorted(order[cut:])]
 
+    def _with_instruction(self, problem: Problem) -> Problem:
+        if not self.config.instruction:
+            return problem
+        return Problem(f"{problem.prompt}\n\n{self.config.instruction}", problem.answer, problem.difficulty)
+
     def train_problems(self, seed: int, start: int = 0) -> Iterator[Problem]:
         """Epochs over the training problems, each in a fresh seeded order."""
         rng = random.Random(seed)
@@ -115,11 +123,11 @@ class JsonlTask:
             rng.shuffle(order)
             for i in order:
                 if index >= start:
-                    yield self.train[i]
+                    yield self._with_instruction(self.train[i])
                 index += 1
 
     def eval_problems(self) -> list[Problem]:
-        return list(self.held_out)
+        return [self._with_instruction(p) for p in self.held_out]
 
     def verify(self, problem: Problem, response: str) -> Verdict:
         given = extract_answer(response, self.config.match)
