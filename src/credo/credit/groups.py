@@ -54,9 +54,7 @@ def group_advantages(
     r = rewards
     mean = torch.zeros(num_groups, dtype=r.dtype, device=r.device).index_add_(0, inverse, r) / counts
     centered = r - mean[inverse]  # (B,)
-    r_max = torch.full_like(mean, -torch.inf).scatter_reduce_(0, inverse, r, reduce="amax")
-    r_min = torch.full_like(mean, torch.inf).scatter_reduce_(0, inverse, r, reduce="amin")
-    constant = (r_max == r_min)[inverse]  # (B,)
+    constant = (group_spread(r, inverse, num_groups) == 0)[inverse]  # (B,)
     if scale == "none":
         advantages = centered
     else:
@@ -68,6 +66,15 @@ def group_advantages(
         advantages = centered / (std + eps)
         constant = constant | (std < std_floor)
     return torch.where(constant, torch.zeros_like(advantages), advantages)
+
+
+def group_spread(values: Tensor, inverse: Tensor, num_groups: int) -> Tensor:
+    """(G,) max minus min of `values` (B,) within each group (`inverse`: each row's group index)."""
+    high = torch.full((num_groups,), -torch.inf, dtype=values.dtype, device=values.device)
+    low = torch.full((num_groups,), torch.inf, dtype=values.dtype, device=values.device)
+    high.scatter_reduce_(0, inverse, values, reduce="amax")
+    low.scatter_reduce_(0, inverse, values, reduce="amin")
+    return high - low
 
 
 @ESTIMATORS.register("group")

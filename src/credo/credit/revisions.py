@@ -22,7 +22,7 @@ from torch import Tensor
 from credo.batch import RolloutBatch
 from credo.checks import check_range
 from credo.credit.base import ESTIMATORS, Metrics
-from credo.credit.groups import GroupAdvantage
+from credo.credit.groups import GroupAdvantage, group_spread
 
 
 def shaped_rewards(rewards: Tensor, revision_success: Tensor, lam: float = 0.6) -> Tensor:
@@ -146,10 +146,5 @@ def _groups_given_variance(raw: Tensor, shaped: Tensor, group_id: Tensor) -> flo
     """Share of groups whose raw rewards are all equal but whose shaped rewards are not."""
     _, inverse = torch.unique(group_id, return_inverse=True)
     num = int(inverse.max()) + 1
-
-    def spread(values: Tensor) -> Tensor:
-        high = torch.full((num,), -torch.inf, dtype=values.dtype, device=values.device).scatter_reduce_(0, inverse, values, reduce="amax")
-        low = torch.full((num,), torch.inf, dtype=values.dtype, device=values.device).scatter_reduce_(0, inverse, values, reduce="amin")
-        return high - low
-
-    return float(((spread(raw) == 0) & (spread(shaped) > 0)).float().mean())
+    constant_raw = group_spread(raw, inverse, num) == 0
+    return float((constant_raw & (group_spread(shaped, inverse, num) > 0)).float().mean())
