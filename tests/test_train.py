@@ -56,8 +56,10 @@ def test_every_testbed_config_trains(tmp_path, config_path):
     assert AutoModelForCausalLM.from_pretrained(run_dir / "model") is not None
 
 
-def test_resume_after_sigkill_matches_uninterrupted_run(tmp_path):
-    settings = TINY + ["train.steps=12", "train.checkpoint_every=3", "train.eval_every=4", "optim.minibatches=2"]
+@pytest.mark.parametrize("method", ["grpo", "rrpo"])  # rrpo: its random localiser draws from Python's RNG
+def test_resume_after_sigkill_matches_uninterrupted_run(tmp_path, method):
+    settings = TINY + ["train.steps=12", "train.checkpoint_every=3", "train.eval_every=4", "optim.minibatches=2",
+                       f"method={method}"]
     straight, straight_dir = run(tmp_path, None, settings[len(TINY):], name="straight")
     killed_dir = tmp_path / "killed"
     command = [sys.executable, "-m", "credo", "train", "--output", str(killed_dir)]

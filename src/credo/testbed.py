@@ -231,6 +231,12 @@ def build_testbed(
     target = testbed_dir(config)
     if (target / "config.json").exists() and not force:
         return target
+    with torch.random.fork_rng(devices=[]):  # the caller's RNG stream is the same whether we build or not
+        _train_testbed(config, target, log)
+    return target
+
+
+def _train_testbed(config: TestbedConfig, target: Path, log: Callable[[str], None]) -> None:
     torch.manual_seed(config.seed)
     rng = random.Random(config.seed)
     tokenizer = build_tokenizer()
@@ -261,4 +267,3 @@ def build_testbed(
         (tmp / "testbed.json").write_text(
             json.dumps({"config": config.model_dump(), "sft_seconds": time.perf_counter() - start}, indent=2)
         )
-    return target
