@@ -24,6 +24,14 @@ class Completions:
     def tokens(self) -> int:
         return int(self.response_mask.sum())
 
+    @classmethod
+    def from_lists(cls, prompts: list[list[int]], responses: list[list[int]], texts: list[str],
+                   truncated: list[bool], pad: int) -> Completions:
+        """Pad token lists: prompts on the left, responses on the right."""
+        prompt_ids, prompt_mask = left_pad(prompts, pad)
+        response_ids, response_mask = right_pad(responses, pad)
+        return cls(prompt_ids, prompt_mask, response_ids, response_mask, texts, torch.tensor(truncated))
+
 
 def encode_prompts(tokenizer, messages: list[str]) -> list[list[int]]:
     """Token ids of each user message under the model's chat template (with the generation prompt)."""
@@ -99,10 +107,8 @@ def generate(
             response, done = cut_response(row, eos, pad, tokenizer, stop)
             responses.append(response)
             truncated.append(not done)
-    prompt_ids, prompt_mask = left_pad([p for p in prompts for _ in range(repeat)], pad)
-    response_ids, response_mask = right_pad(responses, pad)
     texts = tokenizer.batch_decode(responses, skip_special_tokens=True)
-    return Completions(prompt_ids, prompt_mask, response_ids, response_mask, texts, torch.tensor(truncated))
+    return Completions.from_lists([p for p in prompts for _ in range(repeat)], responses, texts, truncated, pad)
 
 
 def shared_prompt_cache(model, ids: Tensor, mask: Tensor, repeat: int, max_length: int):

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from credo.config import RolloutConfig
-from credo.rollout.generate import Completions, encode_prompts, left_pad, right_pad
+from credo.rollout.generate import Completions, encode_prompts
 from credo.tasks import Problem, Task, Verdict
 
 log = logging.getLogger(__name__)
@@ -142,9 +142,7 @@ def _merge(groups: list[Group], size: int, pad: int) -> Rollout:
             texts.append(c.texts[row])
             truncated.append(bool(c.truncated[row]))
             rewards.append(float(rollout.rewards[row]))
-    prompt_ids, prompt_mask = left_pad(prompts, pad)
-    response_ids, response_mask = right_pad(responses, pad)
-    completions = Completions(prompt_ids, prompt_mask, response_ids, response_mask, texts, torch.tensor(truncated))
+    completions = Completions.from_lists(prompts, responses, texts, truncated, pad)
     group_id = torch.arange(len(groups)).repeat_interleave(size)
     return Rollout(problems, completions, verdicts, torch.tensor(rewards), group_id, completions.tokens)
 

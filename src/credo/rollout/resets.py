@@ -21,7 +21,7 @@ import torch
 
 from credo.config import ResetConfig
 from credo.evaluate import pass_at_k
-from credo.rollout.generate import Completions, encode_prompts, left_pad, right_pad
+from credo.rollout.generate import Completions, encode_prompts
 from credo.rollout.groups import ProblemStream, Rollout, verify_all
 from credo.rollout.localise import localisation_prompt, parse_step
 from credo.rollout.reset_plan import SPLITS, draws_needed, plan
@@ -166,13 +166,11 @@ def continue_seeds(backend, task, seeds: list[Seed], config, split, cost) -> Non
 def assemble(groups: list[list[Row]], pad: int, tokens: int) -> Rollout:
     """One rollout of the groups' rows, with group ids, prefix lengths and thought ids per token."""
     rows = [r for g in groups for r in g]
-    prompt_ids, prompt_mask = left_pad([r.prompt for r in rows], pad)
-    response_ids, response_mask = right_pad([r.episode.ids for r in rows], pad)
-    segments = torch.full(response_ids.shape, -1, dtype=torch.long)
+    completions = Completions.from_lists([r.prompt for r in rows], [r.episode.ids for r in rows],
+                                         [r.text for r in rows], [r.truncated for r in rows], pad)
+    segments = torch.full(completions.response_ids.shape, -1, dtype=torch.long)
     for n, r in enumerate(rows):
         segments[n, : len(r.episode.ids)] = torch.tensor(r.episode.segment_ids(), dtype=torch.long)
-    completions = Completions(prompt_ids, prompt_mask, response_ids, response_mask, [r.text for r in rows],
-                              torch.tensor([r.truncated for r in rows]))
     return Rollout(
         problems=[r.problem for r in rows],
         completions=completions,
