@@ -6,68 +6,17 @@ import random
 
 import pytest
 import torch
+from scripted import ScriptedPolicy, chain_of, wrong_at
 
 from credo.config import load_config
 from credo.methods import get_method
-from credo.rollout.generate import Completions, left_pad, right_pad
 from credo.rollout.groups import ProblemStream
 from credo.rollout.resets import sample_resets
 from credo.tasks import ArithTask
-from credo.tasks.arith import format_answer, format_step, solution
-from credo.testbed import END, build_tokenizer
-
-
-class ScriptedPolicy:
-    """Answers each generation call from a script: `draw(problem_prompt)` for fresh draws, `continue_(text)`
-    for continuations after a prefix, `localise(text)` for localiser prompts. Records the calls."""
-
-    def __init__(self, draw, continue_=None, localise=None):
-        self.tokenizer = build_tokenizer()
-        self.draw, self.continue_, self.localise = draw, continue_, localise
-        self.calls = []
-
-    def generate(self, prompts, *, max_new_tokens, temperature=1.0, top_p=1.0, greedy=False, repeat=1):
-        self.calls.append((len(prompts), repeat, greedy))
-        texts = []
-        for ids in prompts:
-            text = self.tokenizer.decode(ids)
-            user = text.split("<|user|>")[1].split("<|end|>")[0]
-            after = text.split("<|assistant|>", 1)[1]
-            for _ in range(repeat):
-                if "first went wrong" in user:
-                    texts.append(self.localise(user))
-                elif after:
-                    texts.append(self.continue_(user, after))
-                else:
-                    texts.append(self.draw(user))
-        responses = [self.tokenizer(t + END, add_special_tokens=False)["input_ids"] for t in texts]
-        pad = self.tokenizer.pad_token_id
-        p_ids, p_mask = left_pad([p for p in prompts for _ in range(repeat)], pad)
-        r_ids, r_mask = right_pad(responses, pad)
-        return Completions(p_ids, p_mask, r_ids, r_mask, texts, torch.zeros(len(texts), dtype=torch.bool))
-
-
-def wrong_at(chain, index):
-    """The chain's solution with step `index` (0-based) off by +1, later steps continuing from it."""
-    parts, value = [], chain.start
-    from credo.tasks.arith import OPS
-
-    for i, (op, b) in enumerate(chain.steps):
-        value = OPS[op](value, b) + (1 if i == index else 0)
-        value %= 100
-        parts.append(format_step(op, b, value))
-    return "".join(parts) + format_answer(value)
-
+from credo.tasks.arith import solution
+from credo.testbed import END
 
 TASK = ArithTask()
-
-
-def chain_of(prompt):
-    """The chain of an arith prompt such as "09+6*8*2?"."""
-    from credo.tasks.arith import Chain
-
-    body = prompt.rstrip("?")
-    return Chain(int(body[:2]), tuple((body[i], int(body[i + 1])) for i in range(2, len(body), 2)))
 
 
 def config(split="1x4", localiser=None, prompts=2):

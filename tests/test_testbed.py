@@ -1,15 +1,28 @@
-"""The testbed's SFT data: the localisation job's labels and its agreement with the sampler's prompt."""
+"""The testbed's SFT data: the localisation and revision jobs' labels, their agreement with the samplers'
+prompts, and the micro-batching of SFT batches."""
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
 
 from credo.rollout.localise import TESTBED_PROMPT, TESTBED_STEP_FORMAT, localisation_prompt
+from credo.rollout.revise import TESTBED_REVISE_PROMPT, revision_prompt
 from credo.rollout.thoughts import ThoughtRules, episode, token_pieces
-from credo.tasks.arith import ArithConfig, ArithTask
-from credo.testbed import LocalisationJob, TestbedConfig, build_tokenizer, localisation_example, sft_examples
+from credo.tasks.arith import ArithConfig, ArithTask, solution
+from credo.testbed import (
+    LocalisationJob,
+    RevisionJob,
+    TestbedConfig,
+    build_tokenizer,
+    least_padding_cuts,
+    localisation_example,
+    micro_batches,
+    revision_example,
+    sft_examples,
+)
 
 
 def test_localisation_labels_follow_the_configured_error_profile():
@@ -63,3 +76,89 @@ def test_localisation_share(share):
     examples = sft_examples(config, ArithTask(config.task), tok, random.Random(0), 400)
     found = sum("first wrong step?" in tok.decode(p) for p, _ in examples) / 400
     assert abs(found - share) < 4.5 * (share * (1 - share) / 400) ** 0.5 + 1e-9
+
+
+def _revision(job, seed, steps=5):
+    task = ArithTask(ArithConfig(min_steps=1, max_steps=6))
+    rng = random.Random(seed)
+    chain = task.random_chain(rng, steps)
+    prompt, target = revision_example(job, task, chain, rng)
+    reference, attempt, problem = prompt.removeprefix("revise? ").split("\n")
+    return task, chain, prompt, (problem, reference, attempt), target
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_revision_examples_keep_the_attempt_before_its_first_error(seed):
+    task, chain, prompt, (problem, reference, attempt), target = _revision(RevisionJob(), seed)
+    assert prompt.startswith("revise? ") and problem == chain.prompt
+    assert not task.verify(task.problem(chain), attempt).correct
+    assert prompt == revision_prompt(chain.prompt, attempt, reference, TESTBED_REVISE_PROMPT)  # the sampler's text
+    wrong, _ = task.first_wrong_step(chain, attempt)
+    kept = attempt.split("</thought>")[:wrong]
+    assert target.split("</thought>")[:wrong] == kept
+    assert task.first_wrong_step(chain, target)[0] in (None, *range(wrong, len(chain.steps) + 1))
+
+
+def test_a_reviser_that_uses_a_correct_reference_always_repairs():
+    job = RevisionJob(p_correct_reference=1.0, p_use_reference=1.0)
+    for seed in range(30):
+        task, chain, _, (_, reference, _), target = _revision(job, seed)
+        assert reference == solution(chain) and target == solution(chain)
+
+
+def test_revision_success_depends_on_the_reference_and_on_how_late_the_error_was():
+    def success(job, seeds=600):
+        ok = late_ok = late = early_ok = early = 0
+        for seed in range(seeds):
+            task, chain, _, (_, _, attempt), target = _revision(job, seed, steps=6)
+            right = task.verify(task.problem(chain), target).correct
+            wrong, _ = task.first_wrong_step(chain, attempt)
+            ok += right
+            if wrong >= 4:
+                late, late_ok = late + 1, late_ok + right
+            elif wrong <= 1:
+                early, early_ok = early + 1, early_ok + right
+        return ok / seeds, late_ok / max(late, 1), early_ok / max(early, 1)
+
+    with_reference, _, _ = success(RevisionJob(p_correct_reference=1.0))
+    without_reference, late, early = success(RevisionJob(p_use_reference=0.0))
+    assert with_reference > without_reference + 0.2
+    assert late > early + 0.1  # a near miss is likelier to be repaired
+    assert 0.0 < without_reference < 1.0  # never certain
+
+
+@pytest.mark.parametrize("share", [0.0, 0.25])
+def test_revision_share(share):
+    config = TestbedConfig(revision=RevisionJob(share=share))
+    tok = build_tokenizer()
+    examples = sft_examples(config, ArithTask(config.task), tok, random.Random(0), 400)
+    found = sum("revise? " in tok.decode(p) for p, _ in examples) / 400
+    assert abs(found - share) < 4.5 * (share * (1 - share) / 400) ** 0.5 + 1e-9
+
+
+def _padded_area(lengths, bounds):
+    return sum((b - a) * lengths[b - 1] for a, b in zip([0] + bounds[:-1], bounds))
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_least_padding_cuts_match_brute_force(seed):
+    rng = random.Random(seed)
+    lengths = sorted(rng.randint(1, 40) for _ in range(rng.randint(1, 9)))
+    parts = rng.randint(1, 4)
+    bounds = least_padding_cuts(lengths, parts)
+    assert bounds[-1] == len(lengths) and bounds == sorted(set(bounds)) and len(bounds) <= parts
+    best = min(
+        _padded_area(lengths, sorted(set(cut)) + [len(lengths)])
+        for k in range(parts)
+        for cut in itertools.combinations(range(1, len(lengths)), k)
+    )
+    assert _padded_area(lengths, bounds) == best
+
+
+def test_micro_batches_keep_every_example_once():
+    rng = random.Random(0)
+    examples = [([1] * rng.randint(1, 30), [2] * rng.randint(1, 90)) for _ in range(50)]
+    batches = micro_batches(examples, 4, pad=0)
+    assert len(batches) <= 4 and sum(b["input_ids"].shape[0] for b in batches) == 50
+    assert sum(int((b["labels"] != -100).sum()) for b in batches) == sum(len(a) for _, a in examples)
+    assert sum(int(b["attention_mask"].sum()) for b in batches) == sum(len(p) + len(a) for p, a in examples)

@@ -56,7 +56,7 @@ def test_every_testbed_config_trains(tmp_path, config_path):
     assert AutoModelForCausalLM.from_pretrained(run_dir / "model") is not None
 
 
-@pytest.mark.parametrize("method", ["grpo", "rrpo"])  # rrpo: its random localiser draws from Python's RNG
+@pytest.mark.parametrize("method", ["grpo", "rrpo", "ibpo"])  # rrpo's localiser, ibpo's references: Python's RNG
 def test_resume_after_sigkill_matches_uninterrupted_run(tmp_path, method):
     settings = TINY + ["train.steps=12", "train.checkpoint_every=3", "train.eval_every=4", "optim.minibatches=2",
                        f"method={method}"]
@@ -168,7 +168,7 @@ def test_exported_model_holds_the_trained_weights(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["grpo", "s_trace", "grpo_lambda", "rrpo", "srpo", "srpo_oracle"])
+@pytest.mark.parametrize("method", ["grpo", "s_trace", "grpo_lambda", "rrpo", "srpo", "srpo_oracle", "ibpo"])
 def test_methods_improve_the_testbed(tmp_path, monkeypatch, method):
     # The real testbed model (built once into the user's cache, ~5 minutes on 2 cores), 40 RL steps.
     monkeypatch.delenv("CREDO_CACHE")
@@ -179,17 +179,20 @@ def test_methods_improve_the_testbed(tmp_path, monkeypatch, method):
     summary = train(config, tmp_path / method, show_progress=False)
     start, end = summary["eval_start"]["greedy_pass@1"], summary["eval_end"]["greedy_pass@1"]
     assert end - start >= 0.10, (start, end)
+    if method == "ibpo":  # the testbed model learned to revise: some failures are repaired
+        steps = [json.loads(x) for x in (tmp_path / method / "metrics.jsonl").read_text().splitlines()]
+        success = [r["revisions/success_rate"] for r in steps if "revisions/success_rate" in r]
+        assert len(success) == 40 and sum(success) / 40 > 0.05, success
 
 
 def test_lora_trains_only_the_adapters(tmp_path, monkeypatch):
-    from credo.tasks import Verdict
-    from credo.tasks.arith import ArithTask
+    from credo.checkpoint import RunDirectory, TrainState
     from credo.config import ModelConfig
     from credo.models import load_model
-    from credo.train import build_trainer, score, update
-    from credo.checkpoint import RunDirectory, TrainState
     from credo.rollout.groups import ProblemStream
-    from credo.train import sample_rollout
+    from credo.tasks import Verdict
+    from credo.tasks.arith import ArithTask
+    from credo.train import build_trainer, sample_rollout, score, update
 
     # The tiny model never answers right; reward odd-length responses so that the groups carry signal.
     monkeypatch.setattr(ArithTask, "verify", lambda self, p, r: Verdict(float(len(r) % 2), bool(len(r) % 2)))

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError,
 
 from credo.methods import get_method
 from credo.rollout.localise import LOCALISE_PROMPT, STEP_FORMAT
+from credo.rollout.revise import REVISE_PROMPT, check_template
 from credo.rollout.thoughts import ThoughtRules
 from credo.tasks import TASKS
 
@@ -84,6 +85,24 @@ class ResetConfig(Section):
     thoughts: ThoughtRules = ThoughtRules()
 
 
+class RevisionConfig(Section):
+    """Options of IBPO's revision sampler (`rollout.revisions`)."""
+
+    k: int = Field(4, ge=2)
+    """IBPO's K: each failed response gets K-1 revisions, one per sibling reference (correct ones first)."""
+    prompt: str = REVISE_PROMPT
+    """The revision prompt, with `{problem}`, `{attempt}` and `{reference}` (the testbed: `TESTBED_REVISE_PROMPT`)."""
+    max_new_tokens: int | None = Field(None, ge=1)
+    """Length budget of a revision (None: `rollout.max_new_tokens`); a truncated revision counts as failed."""
+    temperature: float | None = Field(None, ge=0.0)
+    """Sampling temperature of the revisions (None: `rollout.temperature`; 0: greedy)."""
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompt(cls, template: str) -> str:
+        return check_template(template)
+
+
 class RolloutConfig(Section):
     prompts_per_step: int = Field(16, ge=1)
     """Prompts per rollout batch (groups per optimiser step)."""
@@ -106,6 +125,8 @@ class RolloutConfig(Section):
     """A verifier that raises: stop the step showing the prompt ("raise"), or reward 0 with a warning."""
     resets: ResetConfig = ResetConfig()
     """The reset sampler (methods rrpo, srpo)."""
+    revisions: RevisionConfig = RevisionConfig()
+    """The revision sampler (method ibpo)."""
 
 
 class OptimConfig(Section):
@@ -177,8 +198,6 @@ class RunConfig(Section):
     @model_validator(mode="after")
     def _method(self) -> RunConfig:
         method = get_method(self.method, estimator=self.credit, loss=self.loss)
-        if method.sampler == "revisions":
-            raise ValueError(f"method {self.method} needs the revision sampler, which this version does not have yet")
         localiser = self.rollout.resets.localiser or method.localiser
         if method.sampler == "resets" and localiser == "oracle" and not TASKS.get(self.task["name"]).checks_steps:
             raise ValueError(f"rollout.resets.localiser = 'oracle' needs a task with a step checker; {self.task['name']} has none")

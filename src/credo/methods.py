@@ -151,3 +151,8 @@ _add(Method(
     "failures the policy can repair from a sibling are penalised less; only edited tokens train",
     "revisions", RevisionAdvantage(), TraceLoss(**_GSPO_CLIP),
 ))
+_add(Method(
+    "ibpo_clip", "revision", "2605.16302",
+    "IBPO's switch: the same shaped rewards and edited-token masks with GRPO's PPO-clip loss instead of GSPO",
+    "revisions", RevisionAdvantage(), ClipLoss(),
+))

@@ -25,7 +25,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from credo.io import atomic_directory, cache_root
 from credo.rollout.localise import TESTBED_PROMPT, TESTBED_STEP_FORMAT, localisation_prompt
-from credo.tasks.arith import ArithConfig, ArithTask, noisy_solution
+from credo.rollout.revise import TESTBED_REVISE_PROMPT, revision_prompt
+from credo.tasks.arith import (
+    ArithConfig,
+    ArithTask,
+    first_wrong_value,
+    noisy_solution,
+    noisy_value,
+    noisy_values,
+    trace,
+)
 from credo.tasks.base import THOUGHT_END
 
 USER, ASSISTANT, END, PAD, UNK = "<|user|>", "<|assistant|>", "<|end|>", "<pad>", "<unk>"
@@ -40,6 +49,10 @@ CHAT_TEMPLATE = (
 )
 
 
+TESTBED_FORMAT = 3
+"""Version of what the config does not state (the tokenizer, the SFT formats); part of the cache key."""
+
+
 class TestbedModel(BaseModel):
     """Architecture of the testbed Llama."""
 
@@ -49,7 +62,7 @@ class TestbedModel(BaseModel):
     num_layers: int = Field(3, ge=1)
     num_heads: int = Field(4, ge=1)
     intermediate_size: int = Field(384, ge=8)
-    max_positions: int = Field(96, ge=32)
+    max_positions: int = Field(160, ge=32)
 
 
 class LocalisationJob(BaseModel):
@@ -68,6 +81,24 @@ class LocalisationJob(BaseModel):
     """Probability of an earlier thought (the rest, `1 - p_exact - p_earlier`, is a later one)."""
 
 
+class RevisionJob(BaseModel):
+    """SFT examples that teach the testbed model IBPO's revision job: a failed chain and a sibling in the
+    compact revision prompt (`credo.rollout.revise.TESTBED_REVISE_PROMPT`) -> a revised chain. The reviser
+    keeps the attempt's steps before its first error; from there, with probability `p_use_reference`, it
+    copies the reference's steps for as long as the reference is right, and computes every other step with
+    the noise model. So a revision is likelier to succeed with a correct reference and when the attempt
+    went wrong late (a near miss), and it is never certain: as for real revisers."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    share: float = Field(0.0625, ge=0.0, lt=1.0)
+    """Share of SFT examples that are revision examples (0 disables the job)."""
+    p_correct_reference: float = Field(0.5, ge=0.0, le=1.0)
+    """Probability that an example's reference is the correct solution (else a noisy trace)."""
+    p_use_reference: float = Field(1.0, ge=0.0, le=1.0)
+    """Probability that the reviser copies the reference's right steps (else it computes them)."""
+
+
 class TestbedConfig(BaseModel):
     """Everything that determines the testbed model (its hash names the cache entry)."""
 
@@ -77,6 +108,7 @@ class TestbedConfig(BaseModel):
     """Chains and noise of the SFT traces (chain lengths here are the SFT distribution)."""
     model: TestbedModel = TestbedModel()
     localisation: LocalisationJob = LocalisationJob()
+    revision: RevisionJob = RevisionJob()
     steps: int = Field(850, ge=1)
     """SFT optimiser steps."""
     batch_size: int = Field(128, ge=1)
@@ -87,7 +119,7 @@ class TestbedConfig(BaseModel):
     seed: int = 0
 
     def digest(self) -> str:
-        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:12]
+        return hashlib.sha256(f"{TESTBED_FORMAT}:{self.model_dump_json()}".encode()).hexdigest()[:12]
 
 
 def build_tokenizer():
@@ -95,7 +127,7 @@ def build_tokenizer():
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    chars = [c for c in string.printable if c not in "\t\n\r\x0b\x0c"]
+    chars = [c for c in string.printable if c not in "\t\r\x0b\x0c"]  # "\n" separates prompt parts
     vocab = {tok: i for i, tok in enumerate(SPECIAL + WORDS + chars)}
     core = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
     core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
@@ -132,7 +164,8 @@ def new_model(config: TestbedModel, tokenizer):
 def sft_examples(config: TestbedConfig, task: ArithTask, tokenizer, rng: random.Random,
                  size: int) -> list[tuple[list[int], list[int]]]:
     """`size` SFT examples as (prompt ids, response ids + end token): noisy solution traces of chain
-    lengths drawn per example, and a `localisation.share` of localisation examples.
+    lengths drawn per example, a `localisation.share` of localisation examples and a `revision.share` of
+    revision examples.
 
     Every batch mixes all chain lengths: batches of one length each (cheaper to pad) trained far worse
     (greedy 4% vs 30% on 2-step chains after 400 steps), so lengths are mixed and `micro_batches` (below)
@@ -141,8 +174,11 @@ def sft_examples(config: TestbedConfig, task: ArithTask, tokenizer, rng: random.
     prompt_texts, responses = [], []
     for _ in range(size):
         chain = task.random_chain(rng, rng.randint(task.config.min_steps, task.config.max_steps))
-        if rng.random() < config.localisation.share:
+        job = rng.random()
+        if job < config.localisation.share:
             prompt, answer = localisation_example(config.localisation, task, chain, rng)
+        elif job < config.localisation.share + config.revision.share:
+            prompt, answer = revision_example(config.revision, task, chain, rng)
         else:
             prompt, answer = chain.prompt, noisy_solution(chain, task.config.noise, rng)[0]
         prompt_texts.append(chat_prompt(tokenizer, prompt))
@@ -154,12 +190,9 @@ def sft_examples(config: TestbedConfig, task: ArithTask, tokenizer, rng: random.
 
 def localisation_example(job: LocalisationJob, task: ArithTask, chain, rng: random.Random) -> tuple[str, str]:
     """A failed noisy trace of `chain` in the localiser prompt, and the (noisy) boxed first wrong thought."""
-    while True:
-        trace, _ = noisy_solution(chain, task.config.noise, rng)
-        wrong, _ = task.first_wrong_step(chain, trace)
-        if wrong is not None and not task.verify(task.problem(chain), trace).correct:
-            break
-    thoughts = [t + THOUGHT_END for t in trace.split(THOUGHT_END)[:-1]] + [trace.split(THOUGHT_END)[-1]]
+    values, wrong = failed_values(task, chain, rng)
+    text = trace(chain, values)
+    thoughts = [t + THOUGHT_END for t in text.split(THOUGHT_END)[:-1]] + [text.split(THOUGHT_END)[-1]]
     n, k = len(thoughts), wrong + 1
     draw = rng.random()
     if draw >= job.p_exact and draw < job.p_exact + job.p_earlier and k > 1:
@@ -170,14 +203,43 @@ def localisation_example(job: LocalisationJob, task: ArithTask, chain, rng: rand
     return prompt, f"\\boxed{{{k}}}"
 
 
+def failed_values(task: ArithTask, chain, rng: random.Random) -> tuple[list[int], int]:
+    """A noisy trace's values that end in a wrong answer, and its first wrong step."""
+    while True:
+        values = noisy_values(chain, task.config.noise, rng)
+        wrong = first_wrong_value(chain, values)
+        if wrong is not None and values[-1] != chain.values()[-1]:
+            return values, wrong
+
+
+def revision_example(job: RevisionJob, task: ArithTask, chain, rng: random.Random) -> tuple[str, str]:
+    """A failed noisy trace and a reference in the revision prompt, and the revised trace (see `RevisionJob`)."""
+    noise = task.config.noise
+    attempt, wrong = failed_values(task, chain, rng)
+    reference = chain.values() if rng.random() < job.p_correct_reference else noisy_values(chain, noise, rng)
+    reference_wrong = first_wrong_value(chain, reference)
+    copy_until = len(chain.steps) if reference_wrong is None else reference_wrong
+    if rng.random() >= job.p_use_reference:
+        copy_until = 0
+    revised = attempt[:wrong]
+    written = revised[-1] if revised else chain.start
+    for i in range(wrong, len(chain.steps)):
+        op, b = chain.steps[i]
+        written = reference[i] if i < copy_until else noisy_value(op, written, b, noise, rng)
+        revised.append(written)
+    prompt = revision_prompt(chain.prompt, trace(chain, attempt), trace(chain, reference), TESTBED_REVISE_PROMPT)
+    return prompt, trace(chain, revised)
+
+
 def micro_batches(examples: list[tuple[list[int], list[int]]], parts: int, pad: int) -> list[dict[str, torch.Tensor]]:
-    """The examples sorted by length and cut into `parts` right-padded micro-batches, each padded only to
-    its own longest sequence; labels (-100 elsewhere) on the response tokens."""
+    """The examples sorted by length and cut into at most `parts` right-padded micro-batches with the fewest
+    padded tokens in all (`least_padding_cuts`), each padded only to its own longest sequence; labels
+    (-100 elsewhere) on the response tokens."""
     ordered = sorted(examples, key=lambda e: len(e[0]) + len(e[1]))
-    size = -(-len(ordered) // parts)
+    bounds = least_padding_cuts([len(p) + len(a) for p, a in ordered], parts)
     out = []
-    for start in range(0, len(ordered), size):
-        chunk = ordered[start : start + size]
+    for start, stop in zip([0] + bounds[:-1], bounds):
+        chunk = ordered[start:stop]
         width = max(len(p) + len(a) for p, a in chunk)
         ids = torch.full((len(chunk), width), pad)
         labels = torch.full((len(chunk), width), -100)
@@ -189,6 +251,39 @@ def micro_batches(examples: list[tuple[list[int], list[int]]], parts: int, pad: 
             mask[row, :n] = 1
         out.append({"input_ids": ids, "attention_mask": mask, "labels": labels})
     return out
+
+
+def least_padding_cuts(lengths: list[int], parts: int) -> list[int]:
+    """End positions of at most `parts` contiguous chunks of the ascending `lengths` that minimise the padded
+    area `sum(len(chunk) * max(chunk))`: a dynamic programme over cut points, `cost[k, i] = min_j
+    cost[k-1, j] + (i - j) * lengths[i-1]`. (The long revision and localisation examples then get a
+    micro-batch of their own instead of widening one of the chains: 30% less SFT time than equal cuts.)
+
+    >>> least_padding_cuts([1, 1, 1, 9], 2), least_padding_cuts([2, 2, 2], 2)
+    ([3, 4], [3])
+    """
+    n = len(lengths)
+    if n == 0:
+        return []
+    widths = torch.tensor(lengths, dtype=torch.float64)
+    i = torch.arange(n + 1, dtype=torch.float64)
+    chunk = (i.unsqueeze(0) - i.unsqueeze(1)) * torch.cat([widths.new_zeros(1), widths]).unsqueeze(0)  # [j, i]
+    chunk = torch.where(i.unsqueeze(1) < i.unsqueeze(0), chunk, torch.inf)
+    best = torch.full((n + 1,), torch.inf, dtype=torch.float64)
+    best[0] = 0.0
+    choices = []
+    for _ in range(min(parts, n)):
+        total = best.unsqueeze(1) + chunk
+        best, start = total.min(dim=0)
+        best[0] = 0.0
+        choices.append(start)
+    bounds, end = [], n
+    for start in reversed(choices):
+        if end == 0:
+            break
+        bounds.append(end)
+        end = int(start[end])
+    return sorted(bounds)
 
 
 def sft_step(model, batches: list[dict[str, torch.Tensor]]) -> float:

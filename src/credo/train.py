@@ -28,6 +28,7 @@ from credo.rollout.generate import TransformersBackend
 from credo.rollout.groups import ProblemStream, Rollout, sample_groups
 from credo.rollout.reset_plan import SPLITS
 from credo.rollout.resets import sample_resets
+from credo.rollout.revisions import sample_revisions
 from credo.tasks import Task, build_task
 from credo.testbed import warmup_cosine
 
@@ -149,11 +150,13 @@ def start_or_resume(trainer: Trainer, resume: bool) -> TrainState:
 
 # ------------------------------------------------------------------------------------------- the step
 def sample_rollout(trainer: Trainer, stream: ProblemStream) -> Rollout:
-    """The method's sampler: i.i.d. groups, or reset groups (RRPO/SRPO)."""
+    """The method's sampler: i.i.d. groups, reset groups (RRPO/SRPO) or groups with revisions (IBPO)."""
     config, method = trainer.config, trainer.method
     if method.sampler == "resets":
         localiser = config.rollout.resets.localiser or method.localiser
         return sample_resets(trainer.backend, trainer.task, stream, config.rollout, localiser)
+    if method.sampler == "revisions":
+        return sample_revisions(trainer.backend, trainer.task, stream, config.rollout)
     return sample_groups(trainer.backend, trainer.task, stream, config.rollout)
 
 
@@ -183,9 +186,15 @@ def score(trainer: Trainer, rollout: Rollout) -> RolloutBatch:
         correct=torch.tensor([v.correct for v in rollout.verdicts], device=trainer.device),
         prompt_ids=c.prompt_ids.to(trainer.device),
         prompt_mask=c.prompt_mask.to(trainer.device),
-        prefix_len=None if rollout.prefix_len is None else rollout.prefix_len.to(trainer.device),
-        segment_ids=None if rollout.segment_ids is None else rollout.segment_ids.to(trainer.device),
+        prefix_len=_to(rollout.prefix_len, trainer.device),
+        segment_ids=_to(rollout.segment_ids, trainer.device),
+        revision_success=_to(rollout.revision_success, trainer.device),
+        edit_mask=_to(rollout.edit_mask, trainer.device),
     )
+
+
+def _to(tensor: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
+    return None if tensor is None else tensor.to(device)
 
 
 def update(trainer: Trainer, batch: RolloutBatch, state: TrainState) -> dict[str, float]:

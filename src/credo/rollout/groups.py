@@ -46,6 +46,8 @@ class Rollout:
     metrics: dict[str, float] = field(default_factory=dict)
     prefix_len: Tensor | None = None  # (N,) int: leading response tokens that are a kept prefix (resets)
     segment_ids: Tensor | None = None  # (N, T) int: thought index per response token, -1 on padding
+    revision_success: Tensor | None = None  # (N,) float: IBPO's share of a failure's revisions that verified
+    edit_mask: Tensor | None = None  # (N, T) bool: IBPO's tokens the closest successful revision changed
 
 
 def verify_all(task: Task, problems: list[Problem], texts: list[str], on_error: str) -> tuple[list[Verdict], int]:

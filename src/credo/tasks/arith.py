@@ -126,27 +126,47 @@ def format_answer(value: int) -> str:
 
 
 def solution(chain: Chain) -> str:
-    values = chain.values()
+    return trace(chain, chain.values())
+
+
+def trace(chain: Chain, values: list[int]) -> str:
+    """The solution text that writes `values` (one per step) and boxes the last."""
     return "".join(format_step(op, b, v) for (op, b), v in zip(chain.steps, values)) + format_answer(values[-1])
+
+
+def noisy_values(chain: Chain, noise: Noise, rng: random.Random) -> list[int]:
+    """The values a noisy solver writes, step by step, each from the previous written value."""
+    values, written = [], chain.start
+    for op, b in chain.steps:
+        written = noisy_value(op, written, b, noise, rng)
+        values.append(written)
+    return values
+
+
+def first_wrong_value(chain: Chain, values: list[int]) -> int | None:
+    """The first step whose value is not the step applied to the previous written value (None: all right)."""
+    written = chain.start
+    for i, ((op, b), value) in enumerate(zip(chain.steps, values)):
+        if value != OPS[op](written, b):
+            return i
+        written = value
+    return None
 
 
 def noisy_solution(chain: Chain, noise: Noise, rng: random.Random) -> tuple[str, int | None]:
     """A solution trace with the noise model's errors; returns it and its first wrong step (or None)."""
-    parts, written, first_wrong = [], chain.start, None
-    for i, (op, b) in enumerate(chain.steps):
-        right = OPS[op](written, b)
-        kind = misconception_of(op, written, b, noise.misconceptions)
-        value = right
-        if kind is not None:
-            if rng.random() < noise.p_misc:
-                value = (right + noise.misconceptions[kind]) % MODULUS
-        elif rng.random() < noise.p_slip:
-            value = (right + rng.randrange(1, MODULUS)) % MODULUS
-        if value != right and first_wrong is None:
-            first_wrong = i
-        parts.append(format_step(op, b, value))
-        written = value
-    return "".join(parts) + format_answer(written), first_wrong
+    values = noisy_values(chain, noise, rng)
+    return trace(chain, values), first_wrong_value(chain, values)
+
+
+def noisy_value(op: str, a: int, b: int, noise: Noise, rng: random.Random) -> int:
+    """The value the noise model writes for `a op b`: its misconception's offset with probability
+    `p_misc` where one applies, else a random slip with probability `p_slip`, else the right value."""
+    right = OPS[op](a, b)
+    kind = misconception_of(op, a, b, noise.misconceptions)
+    if kind is not None:
+        return (right + noise.misconceptions[kind]) % MODULUS if rng.random() < noise.p_misc else right
+    return (right + rng.randrange(1, MODULUS)) % MODULUS if rng.random() < noise.p_slip else right
 
 
 _STEP = re.compile(r"^([+\-*])(\d)=(\d\d)$")
