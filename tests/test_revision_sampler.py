@@ -130,12 +130,11 @@ def test_success_share_and_shaped_rewards(successes, lam):
     rollout = run(ScriptedPolicy(scripted_group(["ok", 1, 2, "ok"]), revise=revise), config())
     s = successes / 3
     torch.testing.assert_close(rollout.revision_success, torch.tensor([0.0, s, 0.0, 0.0]))
-    credited, metrics = credit(rollout, lam=lam)
+    credited, metrics = credit(rollout, lam=lam, use_edit_mask=False)  # the mask is tested below
     shaped = torch.tensor([1.0, lam * s, 0.0, 1.0])
     mean, std = shaped.mean(), shaped.std(unbiased=False)
     want = (shaped - mean) / (std + 1e-6)
-    torch.testing.assert_close(credited.advantages[:, 0], torch.where(credited.loss_mask[:, 0], want, 0.0),
-                               rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(credited.advantages[:, 0], want, rtol=1e-5, atol=1e-6)
     assert rollout.metrics["revisions/success_rate"] == pytest.approx(successes / 6)
     assert rollout.metrics["revisions/repairable_share"] == (0.5 if successes else 0.0)
     assert metrics["credit/revision_success"] == pytest.approx(s / 2)
@@ -158,7 +157,7 @@ def test_shaping_gives_an_all_fail_group_variance():
     credited, metrics = credit(rollout)
     assert metrics["credit/groups_given_variance"] == 1.0
     adv = credited.advantages
-    assert (adv[3][credited.loss_mask[3]] > 0).all() and (adv[:3, 0] < 0).all()  # the near miss ranks above
+    assert adv[3].max() > 0 and (adv[3] >= 0).all() and (adv[:3, 0] < 0).all()  # the near miss ranks above
     _, plain = credit(rollout, lam=0.0)
     assert plain["credit/groups_given_variance"] == 0.0
 
@@ -273,6 +272,18 @@ def test_references_follow_the_seeded_rng():
     assert any(requests(1) != requests(s) for s in range(2, 6))
 
 
+def test_rewrites_apply_to_attempt_and_reference():
+    policy = ScriptedPolicy(scripted_group(["ok", 0]), revise=lambda text: "")
+    cfg = config(group=2, k=2)
+    cfg = cfg.model_copy(update={"revisions": cfg.revisions.model_copy(update={"rewrite": [(r"[-+*]\d=", "")]})})
+    rollout = run(policy, cfg)
+    chain = chain_of(rollout.problems[0].prompt)
+    (request,) = policy.revision_requests
+    values = "</thought>".join(f"{v:02d}" for v in chain.values()) + "</thought>"
+    assert request.split("\n")[0] == "revise? " + values + format_answer(chain.values()[-1])
+    assert request.split("\n")[2] == chain.prompt  # the problem is not rewritten
+
+
 # ----------------------------------------------------------------------------------------- config
 @pytest.mark.parametrize("template,message", [
     ("{problem} {attempt}", "missing: reference"),
@@ -284,6 +295,11 @@ def test_bad_revision_prompts_are_named(template, message):
         check_template(template)
     with pytest.raises(ConfigError, match="rollout.revisions.prompt"):
         load_config(None, ["method=ibpo", f"rollout.revisions.prompt={template!r}"])
+
+
+def test_a_bad_rewrite_pattern_is_named():
+    with pytest.raises(ConfigError, match=r"rollout.revisions.rewrite: .*'\[oops' is not a regular expression"):
+        load_config(None, ["method=ibpo", "rollout.revisions.rewrite=[['[oops', '']]"])
 
 
 def test_k_below_two_is_rejected():

@@ -327,17 +327,19 @@ def ibpo_batch(seed: int, *, with_correct: bool = False) -> tuple[RolloutBatch, 
     return batch, {"rows": rows, "T": T, "resp": resp, "loss": loss, "edit": edit}
 
 
+@pytest.mark.parametrize("edit_norm", ["response", "trained"])
 @pytest.mark.parametrize("seed", range(40))
-def test_ibpo_credit_matches_loop_reference(seed):
+def test_ibpo_credit_matches_loop_reference(seed, edit_norm):
     batch, info = ibpo_batch(seed, with_correct=seed % 2 == 1)
     rows, T = info["rows"], info["T"]
     B = len(rows)
-    credited, metrics = get_method("ibpo").credit(batch)
+    credited, metrics = get_method("ibpo", estimator={"edit_norm": edit_norm}).credit(batch)
     shaped = [r["reward"] + 0.6 * (1 - r["reward"]) * r["s"] for r in rows]
     adv = loop_group_advantage(shaped, [r["group"] for r in rows])
     repaired = [not r["correct"] and r["s"] > 0 for r in rows]
     mask = [[info["loss"][b][t] and (info["edit"][b][t] or not repaired[b]) for t in range(T)] for b in range(B)]
-    assert credited.loss_mask.tolist() == mask
+    # "response": unedited tokens stay in the loss mask (the normaliser) with advantage 0
+    assert credited.loss_mask.tolist() == (info["loss"] if edit_norm == "response" else mask)
     expected = [[adv[b] if mask[b][t] else 0.0 for t in range(T)] for b in range(B)]
     torch.testing.assert_close(credited.advantages, torch.tensor(expected), rtol=1e-5, atol=1e-5)
     # metrics
@@ -472,7 +474,7 @@ def test_ibpo_uses_correct_instead_of_reward_below_one():
         get_method("ibpo").credit(bad)
     # ... while without `correct` the same row (reward 0.9 < 1) is a failure and may be revised.
     credited, _ = get_method("ibpo").credit(bad.replace(correct=None))
-    assert credited.loss_mask.tolist() == [[True, True], [False, True], [True, True]]
+    assert (credited.advantages != 0).tolist() == [[True, True], [False, True], [True, True]]
 
     # Row 0 scores 1.0 but the verifier rejects it (correct=False): a failure only when `correct` is given.
     # rewards [1.0, 0.5, 0.0], s = [1/3, 0, 0]: shaped R' = [1 + 0.6 * 0 * 1/3, 0.5, 0] = [1, 0.5, 0]
@@ -482,7 +484,7 @@ def test_ibpo_uses_correct_instead_of_reward_below_one():
         rewards=torch.tensor([1.0, 0.5, 0.0]), revision_success=torch.tensor([1 / 3, 0.0, 0.0]),
         correct=torch.tensor([False, True, False]), **base,
     )
-    credited, metrics = get_method("ibpo").credit(flagged)
+    credited, metrics = get_method("ibpo", estimator={"edit_norm": "trained"}).credit(flagged)
     a = 0.5 / (math.sqrt(1 / 6) + 1e-6)
     assert credited.loss_mask.tolist() == [[True, False], [True, True], [True, True]]
     torch.testing.assert_close(credited.advantages, torch.tensor([[a, 0.0], [0.0, 0.0], [-a, -a]]), rtol=1e-5, atol=1e-6)
@@ -490,3 +492,28 @@ def test_ibpo_uses_correct_instead_of_reward_below_one():
     assert metrics["credit/revision_success"] == pytest.approx(1 / 6, abs=1e-6)
     with pytest.raises(ValueError, match="revision_success must be 0 on correct rows"):
         get_method("ibpo").credit(flagged.replace(correct=None))  # by reward, row 0 (1.0) is correct
+
+
+@pytest.mark.parametrize("method", ["ibpo", "ibpo_clip"])
+def test_response_normalisation_keeps_the_weight_of_each_edited_token(method):
+    # A repaired failure with 2 of its 5 tokens edited. "response": the edited tokens get exactly the
+    # gradient they get without the mask, the others none. "trained": a per-sequence token mean spreads the
+    # row's advantage over the 2 edited tokens, each weighing 5/2 times as much.
+    batch = _small_ibpo(
+        response_ids=torch.zeros(3, 5, dtype=torch.long), response_mask=torch.ones(3, 5, dtype=torch.bool),
+        old_logp=torch.full((3, 5), -1.0),
+        edit_mask=torch.tensor([[False] * 5, [False, True, False, True, False], [False] * 5]),
+    )
+
+    def grad(**estimator):
+        m = get_method(method, estimator=estimator)
+        credited, _ = m.credit(batch)
+        logp = batch.old_logp.clone().requires_grad_()
+        m.policy_loss(logp, credited).loss.backward()
+        return logp.grad[1]
+
+    plain, response, trained = grad(use_edit_mask=False), grad(), grad(edit_norm="trained")
+    edited = torch.tensor([False, True, False, True, False])
+    torch.testing.assert_close(response[edited], plain[edited])
+    assert torch.equal(response[~edited], torch.zeros(3)) and torch.equal(trained[~edited], torch.zeros(3))
+    torch.testing.assert_close(trained[edited], plain[edited] * 5 / 2)

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from credo.rollout.localise import TESTBED_PROMPT, TESTBED_STEP_FORMAT, localisation_prompt
-from credo.rollout.revise import TESTBED_REVISE_PROMPT, revision_prompt
+from credo.rollout.revise import TESTBED_REVISE_PROMPT, TESTBED_REVISE_REWRITE, revision_prompt
 from credo.rollout.thoughts import ThoughtRules, episode, token_pieces
 from credo.tasks.arith import ArithConfig, ArithTask, solution
 from credo.testbed import (
@@ -91,19 +91,29 @@ def _revision(job, seed, steps=5):
 def test_revision_examples_keep_the_attempt_before_its_first_error(seed):
     task, chain, prompt, (problem, reference, attempt), target = _revision(RevisionJob(), seed)
     assert prompt.startswith("revise? ") and problem == chain.prompt
+    # attempts are shown by their values: put the chain's operations back to read them
+    attempt, reference = _with_operations(chain, attempt), _with_operations(chain, reference)
     assert not task.verify(task.problem(chain), attempt).correct
-    assert prompt == revision_prompt(chain.prompt, attempt, reference, TESTBED_REVISE_PROMPT)  # the sampler's text
+    assert prompt == revision_prompt(chain.prompt, attempt, reference, TESTBED_REVISE_PROMPT,
+                                     [TESTBED_REVISE_REWRITE])  # the sampler's text for these responses
     wrong, _ = task.first_wrong_step(chain, attempt)
     kept = attempt.split("</thought>")[:wrong]
     assert target.split("</thought>")[:wrong] == kept
     assert task.first_wrong_step(chain, target)[0] in (None, *range(wrong, len(chain.steps) + 1))
 
 
+def _with_operations(chain, shown):
+    """'12</thought>36</thought>\\boxed{36}' -> '+5=12</thought>*3=36</thought>\\boxed{36}' for chain +5*3."""
+    parts = shown.split("</thought>")
+    steps = [f"{op}{b}={v}" for (op, b), v in zip(chain.steps, parts[:-1])]
+    return "</thought>".join(steps + parts[-1:])
+
+
 def test_a_reviser_that_uses_a_correct_reference_always_repairs():
     job = RevisionJob(p_correct_reference=1.0, p_use_reference=1.0)
     for seed in range(30):
         task, chain, _, (_, reference, _), target = _revision(job, seed)
-        assert reference == solution(chain) and target == solution(chain)
+        assert _with_operations(chain, reference) == solution(chain) and target == solution(chain)
 
 
 def test_revision_success_depends_on_the_reference_and_on_how_late_the_error_was():
@@ -111,6 +121,7 @@ def test_revision_success_depends_on_the_reference_and_on_how_late_the_error_was
         ok = late_ok = late = early_ok = early = 0
         for seed in range(seeds):
             task, chain, _, (_, _, attempt), target = _revision(job, seed, steps=6)
+            attempt = _with_operations(chain, attempt)
             right = task.verify(task.problem(chain), target).correct
             wrong, _ = task.first_wrong_step(chain, attempt)
             ok += right

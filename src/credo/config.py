@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError,
 
 from credo.methods import get_method
 from credo.rollout.localise import LOCALISE_PROMPT, STEP_FORMAT
-from credo.rollout.revise import REVISE_PROMPT, check_template
+from credo.rollout.revise import REVISE_PROMPT, check_rewrites, check_template
 from credo.rollout.thoughts import ThoughtRules
 from credo.tasks import TASKS
 
@@ -96,11 +96,19 @@ class RevisionConfig(Section):
     """Length budget of a revision (None: `rollout.max_new_tokens`); a truncated revision counts as failed."""
     temperature: float | None = Field(None, ge=0.0)
     """Sampling temperature of the revisions (None: `rollout.temperature`; 0: greedy)."""
+    rewrite: list[tuple[str, str]] = Field(default_factory=list)
+    """Regex `[pattern, replacement]` pairs applied to attempts and references before they enter the prompt
+    (the testbed: `TESTBED_REVISE_REWRITE`, values only)."""
 
     @field_validator("prompt")
     @classmethod
     def _prompt(cls, template: str) -> str:
         return check_template(template)
+
+    @field_validator("rewrite")
+    @classmethod
+    def _rewrite(cls, rewrites: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        return check_rewrites(rewrites)
 
 
 class RolloutConfig(Section):

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from credo.io import atomic_directory, cache_root
 from credo.rollout.localise import TESTBED_PROMPT, TESTBED_STEP_FORMAT, localisation_prompt
-from credo.rollout.revise import TESTBED_REVISE_PROMPT, revision_prompt
+from credo.rollout.revise import TESTBED_REVISE_PROMPT, TESTBED_REVISE_REWRITE, revision_prompt
 from credo.tasks.arith import (
     ArithConfig,
     ArithTask,
@@ -49,7 +49,7 @@ CHAT_TEMPLATE = (
 )
 
 
-TESTBED_FORMAT = 3
+TESTBED_FORMAT = 4
 """Version of what the config does not state (the tokenizer, the SFT formats); part of the cache key."""
 
 
@@ -227,7 +227,8 @@ def revision_example(job: RevisionJob, task: ArithTask, chain, rng: random.Rando
         op, b = chain.steps[i]
         written = reference[i] if i < copy_until else noisy_value(op, written, b, noise, rng)
         revised.append(written)
-    prompt = revision_prompt(chain.prompt, trace(chain, attempt), trace(chain, reference), TESTBED_REVISE_PROMPT)
+    prompt = revision_prompt(chain.prompt, trace(chain, attempt), trace(chain, reference), TESTBED_REVISE_PROMPT,
+                             [TESTBED_REVISE_REWRITE])
     return prompt, trace(chain, revised)
 
 

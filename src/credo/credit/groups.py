@@ -119,6 +119,11 @@ class GroupAdvantage:
         """(B, T) bool or None: the tokens whose ratios enter eligibility traces (None: all response tokens)."""
         return batch.trace_mask, {}
 
+    def credit_mask(self, batch: RolloutBatch, loss_mask: Tensor) -> Tensor:
+        """(B, T) bool: the trained tokens that receive their row's advantage (default: all of them). A token
+        in the loss mask but not here still counts in the loss's normaliser, with advantage 0."""
+        return loss_mask
+
     def __call__(self, batch: RolloutBatch) -> tuple[RolloutBatch, Metrics]:
         rewards, metrics = self.rewards(batch)
         trace_mask, trace_metrics = self.trace_mask(batch)
@@ -128,7 +133,7 @@ class GroupAdvantage:
         )
         if self.min_advantage is not None:
             adv = adv.clamp(min=self.min_advantage)
-        advantages = adv.unsqueeze(1) * loss_mask  # (B, T)
+        advantages = adv.unsqueeze(1) * self.credit_mask(batch, loss_mask)  # (B, T)
         metrics.update(trace_metrics)
         metrics.update(mask_metrics)
         metrics.update(_advantage_metrics(adv, batch.group_id))

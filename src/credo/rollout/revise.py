@@ -11,6 +11,7 @@ Revisions are never trained on.
 from __future__ import annotations
 
 import random
+import re
 import string
 from collections.abc import Sequence
 
@@ -23,10 +24,11 @@ REVISE_PROMPT = (
 """The revision prompt, with `{problem}`, `{attempt}` (the failed response) and `{reference}` (a sibling)."""
 
 TESTBED_REVISE_PROMPT = "revise? {reference}\n{attempt}\n{problem}"
-"""The compact form the testbed model is trained to answer. The problem comes last, where a plain prompt has
-it: the testbed model copies each step's operation from the problem at a fixed distance, and with the
-problem first, the revision job taught it a second distance that broke the first (6-step greedy pass@1
-0.05 instead of 0.33)."""
+TESTBED_REVISE_REWRITE = (r"[-+*]\d=", "")
+"""The compact form the testbed model is trained to answer: attempts shown by their written values only
+(`+5=12</thought>` becomes `12</thought>`) and the problem last, where a plain prompt has it. Shown whole,
+the attempts' operations became a second place to copy operations from, and SFT builds that learned the
+revision job miscopied an operation of 4- or 6-step chains (greedy pass@1 0.04-0.07 instead of 0.3-0.4)."""
 
 FIELDS = ("problem", "attempt", "reference")
 
@@ -47,8 +49,23 @@ def check_template(template: str) -> str:
     return template
 
 
-def revision_prompt(problem: str, attempt: str, reference: str, template: str = REVISE_PROMPT) -> str:
+def revision_prompt(problem: str, attempt: str, reference: str, template: str = REVISE_PROMPT,
+                    rewrites: Sequence[tuple[str, str]] = ()) -> str:
+    """The template filled in; each `(pattern, replacement)` regex rewrite applies to the attempt and the
+    reference first (e.g. to drop a reasoning model's `<think>` block from what the reviser is shown)."""
+    for pattern, replacement in rewrites:
+        attempt, reference = re.sub(pattern, replacement, attempt), re.sub(pattern, replacement, reference)
     return template.format(problem=problem, attempt=attempt.strip(), reference=reference.strip())
+
+
+def check_rewrites(rewrites: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """`rewrites` if every pattern compiles, else ValueError naming the first that does not."""
+    for pattern, _ in rewrites:
+        try:
+            re.compile(pattern)
+        except re.error as error:
+            raise ValueError(f"rewrite pattern {pattern!r} is not a regular expression: {error}") from None
+    return list(rewrites)
 
 
 def choose_references(correct: Sequence[bool], row: int, count: int, rng: random.Random | None = None) -> list[int]:

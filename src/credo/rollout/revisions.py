@@ -89,7 +89,8 @@ def revise(backend, task: Task, rollout: Rollout, requests: list[tuple[int, int]
     options: RevisionConfig = config.revisions
     texts = rollout.completions.texts
     problems = [rollout.problems[row] for row, _ in requests]
-    prompts = [revision_prompt(p.prompt, texts[row], texts[ref], options.prompt) for p, (row, ref) in zip(problems, requests)]
+    prompts = [revision_prompt(p.prompt, texts[row], texts[ref], options.prompt, options.rewrite)
+               for p, (row, ref) in zip(problems, requests)]
     temperature = config.temperature if options.temperature is None else options.temperature
     out: Completions = backend.generate(
         encode_prompts(backend.tokenizer, prompts), max_new_tokens=options.max_new_tokens or config.max_new_tokens,
