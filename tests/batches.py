@@ -34,7 +34,7 @@ def random_batch(
     correct = rewards >= 1.0
     success = torch.where(correct, 0.0, torch.randint(0, 4, (B,), generator=gen) / 3.0).to(dtype)
     prefix = (torch.rand(B, generator=gen) * lengths * (torch.rand(B, generator=gen) < 0.5)).long()
-    return RolloutBatch(
+    fields = dict(
         response_ids=torch.randint(0, 100, (B, T), generator=gen),
         response_mask=response_mask,
         group_id=ids[perm],
@@ -47,6 +47,8 @@ def random_batch(
         revision_success=success,
         edit_mask=response_mask & (torch.rand(B, T, generator=gen) < 0.4),
     )
+    blame = (torch.rand(B, generator=gen) * (lengths + 2)).long() - 1  # -1 (no wrong step) .. length
+    return RolloutBatch(**fields, blame_start=blame.clamp(max=lengths))
 
 
 def moved_logp(batch: RolloutBatch, seed: int, drift: float = 0.3) -> torch.Tensor:

@@ -133,3 +133,14 @@ def decayed_sum_loop(x, lam):
 def lower_quantile(values, q):
     ordered = sorted(values)
     return ordered[math.floor(q * (len(ordered) - 1))]
+
+
+def loop_group_advantage(rewards: list[float], groups: list[int], eps: float = 1e-6) -> list[float]:
+    """credo's default: (r - mean) / (population std + eps), exactly 0 for a group of equal rewards."""
+    out = []
+    for i in range(len(rewards)):
+        members = [rewards[j] for j in range(len(rewards)) if groups[j] == groups[i]]
+        mean = sum(members) / len(members)
+        std = math.sqrt(sum((x - mean) ** 2 for x in members) / len(members))
+        out.append(0.0 if max(members) == min(members) else (rewards[i] - mean) / (std + eps))
+    return out

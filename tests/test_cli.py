@@ -35,6 +35,9 @@ def test_demo_numbers():
     assert torch.equal(srpo[:2], torch.zeros(2)) and (srpo[2:] < 0).all()  # the prefix gets no credit
     ibpo = table.first_minibatch[table.methods.index("ibpo"), 1]
     assert torch.equal(ibpo != 0, torch.tensor([False, False, False, True, True, False]))  # edited tokens only
+    oracle = table.first_minibatch[table.methods.index("oracle_blame"), 3]
+    assert torch.equal(oracle != 0, torch.tensor([False] * 4 + [True] * 2))  # from the first wrong step on
+    assert torch.allclose(oracle[4:], table.first_minibatch[table.methods.index("grpo"), 3, 4:])
     p_trace = table.methods.index("p_trace")
     assert (table.later_minibatch[p_trace] - table.later_minibatch[grpo]).abs().max() > 1e-3
 

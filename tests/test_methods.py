@@ -87,9 +87,9 @@ def test_gradcheck_float64(seed, name, monkeypatch):
 def test_every_method_is_documented():
     for name in ALL:
         m = METHODS.get(name)
-        assert m.family in {"baseline", "trace", "reset", "revision"}
+        assert m.family in {"baseline", "trace", "reset", "revision", "oracle"}
         assert m.sampler in {"groups", "resets", "revisions"}
-        assert m.paper.count(".") == 1 and m.changes
+        assert (m.paper.count(".") == 1 or m.family == "oracle") and m.changes  # an arXiv id
         assert type(m.loss).__doc__ and type(m.estimator).__doc__
 
 

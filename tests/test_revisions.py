@@ -13,6 +13,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from references import loop_group_advantage
 
 from credo.batch import RolloutBatch
 from credo.credit import closest_revision, edit_mask, shaped_rewards
@@ -67,17 +68,6 @@ def is_subsequence(small: list[int], big: list[int]) -> bool:
         if k < len(small) and small[k] == x:
             k += 1
     return k == len(small)
-
-
-def loop_group_advantage(rewards: list[float], groups: list[int], eps: float = 1e-6) -> list[float]:
-    """credo's default: (r - mean) / (population std + eps), exactly 0 for a group of equal rewards."""
-    out = []
-    for i in range(len(rewards)):
-        members = [rewards[j] for j in range(len(rewards)) if groups[j] == groups[i]]
-        mean = sum(members) / len(members)
-        std = math.sqrt(sum((x - mean) ** 2 for x in members) / len(members))
-        out.append(0.0 if max(members) == min(members) else (rewards[i] - mean) / (std + eps))
-    return out
 
 
 def random_tokens(rng: random.Random, max_len: int = 12, alphabet: int = 3) -> list[int]:
@@ -327,19 +317,19 @@ def ibpo_batch(seed: int, *, with_correct: bool = False) -> tuple[RolloutBatch, 
     return batch, {"rows": rows, "T": T, "resp": resp, "loss": loss, "edit": edit}
 
 
-@pytest.mark.parametrize("edit_norm", ["response", "trained"])
+@pytest.mark.parametrize("norm", ["response", "trained"])
 @pytest.mark.parametrize("seed", range(40))
-def test_ibpo_credit_matches_loop_reference(seed, edit_norm):
+def test_ibpo_credit_matches_loop_reference(seed, norm):
     batch, info = ibpo_batch(seed, with_correct=seed % 2 == 1)
     rows, T = info["rows"], info["T"]
     B = len(rows)
-    credited, metrics = get_method("ibpo", estimator={"edit_norm": edit_norm}).credit(batch)
+    credited, metrics = get_method("ibpo", estimator={"norm": norm}).credit(batch)
     shaped = [r["reward"] + 0.6 * (1 - r["reward"]) * r["s"] for r in rows]
     adv = loop_group_advantage(shaped, [r["group"] for r in rows])
     repaired = [not r["correct"] and r["s"] > 0 for r in rows]
     mask = [[info["loss"][b][t] and (info["edit"][b][t] or not repaired[b]) for t in range(T)] for b in range(B)]
     # "response": unedited tokens stay in the loss mask (the normaliser) with advantage 0
-    assert credited.loss_mask.tolist() == (info["loss"] if edit_norm == "response" else mask)
+    assert credited.loss_mask.tolist() == (info["loss"] if norm == "response" else mask)
     expected = [[adv[b] if mask[b][t] else 0.0 for t in range(T)] for b in range(B)]
     torch.testing.assert_close(credited.advantages, torch.tensor(expected), rtol=1e-5, atol=1e-5)
     # metrics
@@ -484,7 +474,7 @@ def test_ibpo_uses_correct_instead_of_reward_below_one():
         rewards=torch.tensor([1.0, 0.5, 0.0]), revision_success=torch.tensor([1 / 3, 0.0, 0.0]),
         correct=torch.tensor([False, True, False]), **base,
     )
-    credited, metrics = get_method("ibpo", estimator={"edit_norm": "trained"}).credit(flagged)
+    credited, metrics = get_method("ibpo", estimator={"norm": "trained"}).credit(flagged)
     a = 0.5 / (math.sqrt(1 / 6) + 1e-6)
     assert credited.loss_mask.tolist() == [[True, False], [True, True], [True, True]]
     torch.testing.assert_close(credited.advantages, torch.tensor([[a, 0.0], [0.0, 0.0], [-a, -a]]), rtol=1e-5, atol=1e-6)
@@ -512,7 +502,7 @@ def test_response_normalisation_keeps_the_weight_of_each_edited_token(method):
         m.policy_loss(logp, credited).loss.backward()
         return logp.grad[1]
 
-    plain, response, trained = grad(use_edit_mask=False), grad(), grad(edit_norm="trained")
+    plain, response, trained = grad(use_edit_mask=False), grad(), grad(norm="trained")
     edited = torch.tensor([False, True, False, True, False])
     torch.testing.assert_close(response[edited], plain[edited])
     assert torch.equal(response[~edited], torch.zeros(3)) and torch.equal(trained[~edited], torch.zeros(3))

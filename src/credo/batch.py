@@ -66,6 +66,9 @@ class RolloutBatch:
     """(B, T) int64: thought index of each response token (0-based, non-decreasing), -1 off the response."""
     prefix_len: Tensor | None = None
     """(B,) int64: leading response tokens that are a kept prefix (reset continuations), 0 for fresh rows."""
+    blame_start: Tensor | None = None
+    """(B,) int64: first response token of the row's first wrong step by the task's step checker; -1 where
+    no step is wrong (oracle credit)."""
     revision_success: Tensor | None = None
     """(B,) float in [0, 1]: IBPO's share of revisions of the row that verified correct (0 for correct rows)."""
     edit_mask: Tensor | None = None
@@ -192,6 +195,10 @@ def _validate(batch: RolloutBatch) -> None:
         p = batch.prefix_len
         if ((p < 0) | (p > lengths)).any():
             _fail("prefix_len", f"must lie in [0, response length]: {_first_position((p < 0) | (p > lengths))}")
+    if batch.blame_start is not None:
+        start = batch.blame_start
+        if ((start < -1) | (start > lengths)).any():
+            _fail("blame_start", f"must be -1 or lie in [0, response length]: {_first_position((start < -1) | (start > lengths))}")
     if batch.segment_ids is not None:
         seg = batch.segment_ids
         off = (seg != -1) & ~response

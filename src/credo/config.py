@@ -16,6 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator, model_validator
 
+from credo.credit import OracleBlameAdvantage
 from credo.methods import get_method
 from credo.rollout.localise import LOCALISE_PROMPT, STEP_FORMAT
 from credo.rollout.revise import REVISE_PROMPT, check_rewrites, check_template
@@ -206,8 +207,11 @@ class RunConfig(Section):
     @model_validator(mode="after")
     def _method(self) -> RunConfig:
         method = get_method(self.method, estimator=self.credit, loss=self.loss)
+        checks_steps = TASKS.get(self.task["name"]).checks_steps
+        if isinstance(method.estimator, OracleBlameAdvantage) and not checks_steps:
+            raise ValueError(f"method {self.method} needs a task with a step checker; {self.task['name']} has none")
         localiser = self.rollout.resets.localiser or method.localiser
-        if method.sampler == "resets" and localiser == "oracle" and not TASKS.get(self.task["name"]).checks_steps:
+        if method.sampler == "resets" and localiser == "oracle" and not checks_steps:
             raise ValueError(f"rollout.resets.localiser = 'oracle' needs a task with a step checker; {self.task['name']} has none")
         if self.eval.samples and max(self.eval.ks) > self.eval.samples:
             raise ValueError(f"eval.ks {self.eval.ks} needs eval.samples >= {max(self.eval.ks)}")

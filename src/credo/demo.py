@@ -8,7 +8,8 @@ Two moments are shown. On the first mini-batch of a rollout batch (`pi = pi_old`
 equal GRPO; by the fourth mini-batch the policy has moved and their traces act. Each method sees the
 batch its sampler would produce: for RRPO/SRPO the four rows continue a failed seed's first two tokens
 (`prefix_len = 2`); for IBPO, two of three revisions of row 1 verify (s = 2/3) and changed its tokens
-4-5, while row 3 could not be repaired (s = 0); S-trace keeps the top-20% entropy tokens.
+4-5, while row 3 could not be repaired (s = 0); for oracle blame, the step checker puts the first wrong step of
+row 1 at token 3 and of row 3 at token 5; S-trace keeps the top-20% entropy tokens.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ def toy_batch(method: Method) -> RolloutBatch:
         prefix_len=torch.full((B,), PREFIX if method.sampler == "resets" else 0),
         revision_success=torch.tensor([0.0, 2.0 / 3.0, 0.0, 0.0]),
         edit_mask=edit,
+        blame_start=torch.tensor([-1, 2, -1, 4]),
     )
 
 

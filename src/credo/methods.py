@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from credo.batch import RolloutBatch
-from credo.credit import EntropySelection, GroupAdvantage, ResetAdvantage, RevisionAdvantage
+from credo.credit import EntropySelection, GroupAdvantage, OracleBlameAdvantage, ResetAdvantage, RevisionAdvantage
 from credo.credit.base import CreditEstimator, Metrics
 from credo.losses import ClipLoss, LambdaLoss, LossOutput, PolicyLoss, ReinforceLoss, TraceLoss
 from credo.registry import Registry
@@ -26,7 +26,7 @@ class Method:
 
     name: str
     family: str
-    """baseline | trace | reset | revision."""
+    """baseline | trace | reset | revision | oracle."""
     paper: str
     """arXiv id of the paper the method comes from."""
     changes: str
@@ -150,6 +150,11 @@ _add(Method(
     "ibpo", "revision", "2605.16302",
     "failures the policy can repair from a sibling are penalised less; only edited tokens train",
     "revisions", RevisionAdvantage(), TraceLoss(**_GSPO_CLIP),
+))
+_add(Method(
+    "oracle_blame", "oracle", "credo",
+    "the yardstick: GRPO whose failures are blamed only from their first wrong step (tasks with a step checker)",
+    "groups", OracleBlameAdvantage(), ClipLoss(),
 ))
 _add(Method(
     "ibpo_clip", "revision", "2605.16302",

@@ -29,6 +29,7 @@ from credo.rollout.groups import ProblemStream, Rollout, sample_groups
 from credo.rollout.reset_plan import SPLITS
 from credo.rollout.resets import sample_resets
 from credo.rollout.revisions import sample_revisions
+from credo.rollout.thoughts import blame_start, token_pieces
 from credo.tasks import Task, build_task
 from credo.testbed import warmup_cosine
 
@@ -176,6 +177,14 @@ def score(trainer: Trainer, rollout: Rollout) -> RolloutBatch:
             logps.append(logp.float())
             entropies.append(entropy.float().clamp(min=0))
     mask = c.response_mask.to(trainer.device)
+    blame = None
+    if trainer.task.checks_steps:
+        rules = trainer.config.rollout.resets.thoughts
+        blame = torch.tensor([
+            blame_start(token_pieces(trainer.tokenizer, c.response_ids[row][c.response_mask[row]].tolist()),
+                        verdict.first_wrong_step, rules)
+            for row, verdict in enumerate(rollout.verdicts)
+        ], device=trainer.device)
     return RolloutBatch(
         response_ids=c.response_ids.to(trainer.device),
         response_mask=mask,
@@ -187,6 +196,7 @@ def score(trainer: Trainer, rollout: Rollout) -> RolloutBatch:
         prompt_ids=c.prompt_ids.to(trainer.device),
         prompt_mask=c.prompt_mask.to(trainer.device),
         prefix_len=_to(rollout.prefix_len, trainer.device),
+        blame_start=blame,
         segment_ids=_to(rollout.segment_ids, trainer.device),
         revision_success=_to(rollout.revision_success, trainer.device),
         edit_mask=_to(rollout.edit_mask, trainer.device),

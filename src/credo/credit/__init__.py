@@ -4,7 +4,8 @@ The registry `ESTIMATORS` maps names to estimator classes; see `credo.methods` f
 """
 
 from credo.credit.base import ESTIMATORS, CreditEstimator, Metrics
-from credo.credit.groups import GroupAdvantage, group_advantages
+from credo.credit.groups import GroupAdvantage, failed_rows, group_advantages
+from credo.credit.oracle import OracleBlameAdvantage, blame_mask
 from credo.credit.resets import ResetAdvantage, suffix_mask
 from credo.credit.revisions import RevisionAdvantage, closest_revision, edit_distance, edit_mask, shaped_rewards
 from credo.credit.traces import EntropySelection, entropy_selection, trace_history
@@ -15,12 +16,15 @@ __all__ = [
     "EntropySelection",
     "GroupAdvantage",
     "Metrics",
+    "OracleBlameAdvantage",
     "ResetAdvantage",
     "RevisionAdvantage",
+    "blame_mask",
     "closest_revision",
     "edit_distance",
     "edit_mask",
     "entropy_selection",
+    "failed_rows",
     "group_advantages",
     "shaped_rewards",
     "suffix_mask",

@@ -147,3 +147,8 @@ def _advantage_metrics(adv: Tensor, group_id: Tensor) -> Metrics:
         "credit/adv_abs_mean": float(adv.abs().mean()),
         "credit/zero_adv_groups": float((nonzero == 0).float().mean()),
     }
+
+
+def failed_rows(batch: RolloutBatch) -> Tensor:
+    """(B,) bool: rows that failed (`correct` where given, else reward < 1)."""
+    return ~batch.correct if batch.correct is not None else batch.rewards < 1.0

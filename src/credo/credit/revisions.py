@@ -22,7 +22,7 @@ from torch import Tensor
 from credo.batch import RolloutBatch
 from credo.checks import check_choice, check_range
 from credo.credit.base import ESTIMATORS, Metrics
-from credo.credit.groups import GroupAdvantage, group_spread
+from credo.credit.groups import GroupAdvantage, failed_rows, group_spread
 
 
 def shaped_rewards(rewards: Tensor, revision_success: Tensor, lam: float = 0.6) -> Tensor:
@@ -107,7 +107,7 @@ class RevisionAdvantage(GroupAdvantage):
     """Weight of the revision success rate in the shaped reward."""
     use_edit_mask: bool = True
     """Train a failure with a successful revision only on the tokens that revision changed."""
-    edit_norm: str = "response"
+    norm: str = "response"
     """How a masked failure is normalised. "response": its unedited tokens stay in the loss mask with
     advantage 0, so each edited token weighs what it would unmasked. "trained": they leave the loss mask,
     and a per-sequence mean (GSPO, GRPO) spreads the row's whole advantage over its few edited tokens (a
@@ -117,13 +117,13 @@ class RevisionAdvantage(GroupAdvantage):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_range("RevisionAdvantage", "lam", self.lam, 0.0, 1.0)
-        check_choice("RevisionAdvantage", "edit_norm", self.edit_norm, ("response", "trained"))
+        check_choice("RevisionAdvantage", "norm", self.norm, ("response", "trained"))
 
     def rewards(self, batch: RolloutBatch) -> tuple[Tensor, Metrics]:
         s = batch.revision_success
         if s is None:
             raise ValueError("IBPO credit needs RolloutBatch.revision_success, but it is None")
-        failed = _failed(batch)
+        failed = failed_rows(batch)
         if (s[~failed] != 0).any():
             raise ValueError("RolloutBatch.revision_success must be 0 on correct rows (only failures are revised)")
         shaped = shaped_rewards(batch.rewards, s, self.lam)
@@ -139,10 +139,10 @@ class RevisionAdvantage(GroupAdvantage):
         mask, repaired = self._edited(batch)
         edited = batch.edit_mask[repaired].sum() / batch.response_mask[repaired].sum().clamp(min=1)
         metrics = {"credit/edited_token_frac": float(edited)}
-        return (mask if self.edit_norm == "trained" else batch.loss_mask), metrics
+        return (mask if self.norm == "trained" else batch.loss_mask), metrics
 
     def credit_mask(self, batch: RolloutBatch, loss_mask: Tensor) -> Tensor:
-        if not self.use_edit_mask or self.edit_norm == "trained":
+        if not self.use_edit_mask or self.norm == "trained":
             return loss_mask
         return self._edited(batch)[0]
 
@@ -150,13 +150,8 @@ class RevisionAdvantage(GroupAdvantage):
         """(B, T) loss mask restricted to the edited tokens on repaired failures, and (B,) which rows those are."""
         if batch.edit_mask is None:
             raise ValueError("IBPO with use_edit_mask needs RolloutBatch.edit_mask, but it is None")
-        repaired = _failed(batch) & (batch.revision_success > 0)  # (B,)
+        repaired = failed_rows(batch) & (batch.revision_success > 0)  # (B,)
         return torch.where(repaired.unsqueeze(1), batch.loss_mask & batch.edit_mask, batch.loss_mask), repaired
-
-
-def _failed(batch: RolloutBatch) -> Tensor:
-    """(B,) bool: rows that failed (`correct` where given, else reward < 1)."""
-    return ~batch.correct if batch.correct is not None else batch.rewards < 1.0
 
 
 def _groups_given_variance(raw: Tensor, shaped: Tensor, group_id: Tensor) -> float:

@@ -76,7 +76,7 @@ def choose_references(correct: Sequence[bool], row: int, count: int, rng: random
     cycled. A group needs at least one sibling.
 
     >>> choose_references([False, True, False, True], 0, 3, random.Random(0))
-    [3, 1, 2]
+    [1, 3, 2]
     """
     rng = rng or random
     right = [j for j, ok in enumerate(correct) if ok and j != row]

@@ -101,3 +101,13 @@ def episode(ids: list[int], pieces: list[str], rules: ThoughtRules) -> Episode:
     if not kept and ends:  # the first thought alone breaks the budget: keep the budget's worth of it
         kept = [min(ends[0], rules.budget_tokens)]
     return Episode(ids[: kept[-1] if kept else 0], kept, reason)
+
+
+def blame_start(pieces: list[str], wrong_step: int | None, rules: ThoughtRules) -> int:
+    """The response token where thought `wrong_step` (0-based, a step checker's first wrong step) begins;
+    -1 when no step is wrong. A step past the response's last thought (a missing step) begins at the
+    response's last thought."""
+    if wrong_step is None:
+        return -1
+    starts = [0] + split_thoughts(pieces, rules)[:-1]
+    return starts[min(wrong_step, len(starts) - 1)]
