@@ -70,11 +70,13 @@ def test_sampler_prompt_equals_the_trained_format():
 
 
 @pytest.mark.parametrize("share", [0.0, 0.25])
-def test_localisation_share(share):
-    config = TestbedConfig(localisation=LocalisationJob(share=share))
+@pytest.mark.parametrize("job,marker", [("localisation", "first wrong step?"), ("revision", "revise? ")])
+def test_job_shares(job, marker, share):
+    jobs = {"localisation": LocalisationJob(share=share), "revision": RevisionJob(share=share)}
+    config = TestbedConfig(**{job: jobs[job]})
     tok = build_tokenizer()
     examples = sft_examples(config, ArithTask(config.task), tok, random.Random(0), 400)
-    found = sum("first wrong step?" in tok.decode(p) for p, _ in examples) / 400
+    found = sum(marker in tok.decode(p) for p, _ in examples) / 400
     assert abs(found - share) < 4.5 * (share * (1 - share) / 400) ** 0.5 + 1e-9
 
 
@@ -136,15 +138,6 @@ def test_revision_success_depends_on_the_reference_and_on_how_late_the_error_was
     assert with_reference > without_reference + 0.2
     assert late > early + 0.1  # a near miss is likelier to be repaired
     assert 0.0 < without_reference < 1.0  # never certain
-
-
-@pytest.mark.parametrize("share", [0.0, 0.25])
-def test_revision_share(share):
-    config = TestbedConfig(revision=RevisionJob(share=share))
-    tok = build_tokenizer()
-    examples = sft_examples(config, ArithTask(config.task), tok, random.Random(0), 400)
-    found = sum("revise? " in tok.decode(p) for p, _ in examples) / 400
-    assert abs(found - share) < 4.5 * (share * (1 - share) / 400) ** 0.5 + 1e-9
 
 
 def _padded_area(lengths, bounds):
