@@ -11,7 +11,16 @@ from itertools import islice
 import pytest
 from pydantic import ValidationError
 
-from credo.tasks.arith import ArithConfig, ArithTask, Chain, Noise, misconception_of, noisy_solution, solution
+from credo.tasks.arith import (
+    ArithConfig,
+    ArithTask,
+    Chain,
+    Noise,
+    cancelling_offsets,
+    misconception_of,
+    noisy_solution,
+    solution,
+)
 from credo.tasks.base import THOUGHT_END
 
 ALL3 = {"carry": -10, "borrow": 10, "mul7": 10}
@@ -438,3 +447,37 @@ def test_config_errors():
         Noise(p_misc=1.5)
     with pytest.raises(ValidationError, match=r"(?s)operand_max.*less than or equal to 9"):
         ArithConfig(operand_max=10)
+
+
+# ------------------------------------------------------------------------------------------ cancelling offsets
+
+
+def cancel_reference(offsets: dict[str, int], max_terms: int) -> bool:
+    """Loop reference: does some multiset of 2..max_terms offsets sum to 0 mod 100?"""
+    from itertools import combinations_with_replacement
+
+    values = list(offsets.values())
+    return any(sum(c) % 100 == 0 for k in range(2, max_terms + 1) for c in combinations_with_replacement(values, k))
+
+
+@pytest.mark.parametrize("offsets, max_terms", [
+    ({"carry": -10, "borrow": 10}, 6), ({"carry": -10, "borrow": 10, "mul7": 10}, 2),
+    ({"carry": -10, "borrow": -10, "mul7": -10}, 6), ({"carry": -10, "borrow": -10, "mul7": -10}, 10),
+    ({"carry": -20, "mul7": -30}, 6), ({"carry": 30, "mul7": 45}, 6), ({"carry": 7}, 12), ({"carry": 16, "mul7": 15}, 6),
+    ({"carry": 33}, 3), ({"carry": 25, "borrow": 50}, 6),
+])
+def test_cancelling_offsets_match_a_loop_reference(offsets, max_terms):
+    found = cancelling_offsets(offsets, max_terms)
+    assert (found is not None) == cancel_reference(offsets, max_terms)
+    if found is not None:
+        assert 2 <= len(found) <= max_terms and sum(offsets[name] for name in found) % 100 == 0
+
+
+def test_offsets_that_may_not_cancel_are_checked_against_the_longest_chain():
+    noise = {"misconceptions": {"carry": -10, "borrow": -10, "mul7": -10}, "offsets_may_cancel": False}
+    ArithConfig(max_steps=6, noise=noise)  # at most 6 x -10 = -60: no cancelling
+    with pytest.raises(ValueError, match=r"carry \+ carry .* can cancel within 10 steps"):
+        ArithConfig(max_steps=10, noise=noise)  # 10 x -10 = -100
+    with pytest.raises(ValueError, match=r"carry \+ borrow can cancel within 6 steps"):
+        ArithConfig(noise={"misconceptions": {"carry": -10, "borrow": 10}, "offsets_may_cancel": False})
+    ArithConfig(noise={"misconceptions": {"carry": -10, "borrow": 10}})  # allowed by default (the round-3 regime)

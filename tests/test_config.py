@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -264,3 +265,50 @@ def test_shipped_config_loads_and_round_trips(tmp_path):
     config = load_config("configs/testbed/grpo.yaml")
     assert (config.method, config.optim.lr, config.eval.max_problems) == ("grpo", 1e-4, 200)
     assert load_config(write(tmp_path, dump(config))) == config
+
+
+# ------------------------------------------------------------------------------------------ base files
+
+
+def test_base_files_merge_under_the_file(tmp_path):
+    write(tmp_path, "method: s_trace\noptim: {lr: 1.0e-4, minibatches: 4}\ntask: {min_steps: 2, max_steps: 6}\n", "method.yaml")
+    write(tmp_path, "task: {min_steps: 5}\ntrain: {steps: 7}\n", "regime.yaml")
+    path = write(tmp_path, "base: [method.yaml, regime.yaml]\noptim: {lr: 3.0e-5}\n", "run.yaml")
+    config = load_config(path, ["train.steps=9"])
+    assert config.method == "s_trace"
+    assert (config.optim.lr, config.optim.minibatches) == (3e-5, 4)  # the file over its bases, key by key
+    assert (config.task["min_steps"], config.task["max_steps"]) == (5, 6)  # later bases over earlier ones
+    assert config.train.steps == 9  # overrides over everything
+
+
+def test_base_is_relative_to_the_file_and_may_nest(tmp_path):
+    (tmp_path / "a").mkdir()
+    write(tmp_path / "a", "method: dapo\n", "root.yaml")
+    write(tmp_path / "a", "base: root.yaml\ntrain: {steps: 4}\n", "middle.yaml")
+    config = load_config(write(tmp_path, "base: a/middle.yaml\n", "top.yaml"))
+    assert (config.method, config.train.steps) == ("dapo", 4)
+
+
+def test_base_errors_name_the_file(tmp_path):
+    write(tmp_path, "base: two.yaml\n", "one.yaml")
+    write(tmp_path, "base: one.yaml\n", "two.yaml")
+    with pytest.raises(ConfigError, match="include each other in a cycle"):
+        load_config(tmp_path / "one.yaml")
+    with pytest.raises(ConfigError, match=r"missing\.yaml does not exist"):
+        load_config(write(tmp_path, "base: missing.yaml\n", "three.yaml"))
+    with pytest.raises(ConfigError, match=r"four\.yaml: base must be a file name or a list of file names, got 3"):
+        load_config(write(tmp_path, "base: 3\n", "four.yaml"))
+
+
+HARD = sorted((Path(__file__).parents[1] / "configs" / "testbed" / "hard").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", [p for p in HARD if not p.stem.startswith("regime")], ids=lambda p: p.stem)
+def test_hard_configs_are_their_method_in_the_hard_regime(path):
+    config = load_config(path)
+    plain = load_config(path.parents[1] / path.name)
+    assert config.method == plain.method and config.optim == plain.optim and config.loss == plain.loss
+    assert config.rollout.resets == plain.rollout.resets and config.rollout.revisions == plain.rollout.revisions
+    assert (config.task["min_steps"], config.task["max_steps"], config.task["min_misconception_steps"]) == (5, 6, 3)
+    assert config.task["noise"]["misconceptions"] == {"carry": -10, "borrow": 10, "mul7": 10}
+    assert config.model.testbed["task"]["noise"] == config.task["noise"]  # the model learned what the checker knows

@@ -132,6 +132,49 @@ def evaluate(
     console.print_json(json.dumps(result))
 
 
+@app.command()
+def compare(
+    study: Path = typer.Argument(..., help="Study YAML: methods x seeds (x difficulties), see credo.study.grid."),
+    output: Path = typer.Option(None, "--output", "-o", help="Study directory (default: the file's `output`, else runs/studies/<name>)."),
+    jobs: int = typer.Option(1, min=1, help="Runs at once, in separate processes sharing the cores."),
+    html: bool = typer.Option(False, "--html", help="Also write report.html."),
+) -> None:
+    """Run a grid of methods x seeds from one file (finished runs are skipped, killed ones resumed), then report."""
+    import sys
+
+    from credo.config import ConfigError
+    from credo.study.grid import load_study, run_study
+    from credo.study.report import write_report
+
+    _quiet_transformers()
+    try:
+        spec = load_study(study, output)
+        run_study(spec, jobs=jobs, log=console.print, command=" ".join(["credo", *sys.argv[1:]]))
+    except (ConfigError, FileExistsError, FileNotFoundError, ValueError) as error:
+        _fail(error)
+    path = write_report(spec.output, html=html)
+    console.print(f"report: {path}")
+
+
+@app.command()
+def report(
+    directory: Path = typer.Argument(..., help="A study directory made by `credo compare`."),
+    output: Path = typer.Option(None, "--output", "-o", help="Where to write the report (default: the study directory)."),
+    html: bool = typer.Option(False, "--html", help="Also write report.html."),
+) -> None:
+    """Write a study's report: curves at equal cost with intervals over seeds, a table, findings, credit heatmaps."""
+    from credo.study.report import write_report
+
+    try:
+        path = write_report(directory, output, html=html)
+    except (FileNotFoundError, ValueError) as error:
+        _fail(error)
+    from rich.markdown import Markdown
+
+    console.print(Markdown(path.read_text()))
+    console.print(f"report: {path}")
+
+
 @testbed_app.command("build")
 def testbed_build(
     overrides: list[str] = typer.Option([], "--set", help="Override a TestbedConfig key, e.g. --set steps=800."),

@@ -257,18 +257,50 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> RunConfig:
     """Read, override and validate a run configuration (`path` None: all defaults)."""
     where = str(path) if path is not None else "<defaults>"
-    data: dict[str, Any] = {}
-    if path is not None:
-        try:
-            data = yaml.load(Path(path).read_text(), Loader=YamlLoader) or {}
-        except FileNotFoundError:
-            raise ConfigError(f"config file {where} does not exist") from None
-        except yaml.YAMLError as error:
-            raise ConfigError(f"{where} is not valid YAML: {error}") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"{where}: the top level must be a mapping of sections")
+    data = read_config_file(Path(path)) if path is not None else {}
     data = apply_overrides(data, overrides or [])
     return validate(data, where)
+
+
+def read_config_file(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A config file's mapping with its `base` files merged under it.
+
+    `base: other.yaml` (or a list of files, paths relative to this file) starts from those files, merged in
+    order, and lays this file's keys over them: mappings merge key by key, any other value replaces.
+    """
+    where = str(path)
+    if path.resolve() in _seen:
+        raise ConfigError(f"{where}: `base` files include each other in a cycle: {' -> '.join(map(str, _seen))}")
+    data = read_yaml_mapping(path, "a mapping of sections")
+    bases = data.pop("base", [])
+    bases = [bases] if isinstance(bases, str) else bases
+    if not isinstance(bases, list) or not all(isinstance(b, str) for b in bases):
+        raise ConfigError(f"{where}: base must be a file name or a list of file names, got {bases!r}")
+    merged: dict[str, Any] = {}
+    for base in bases:
+        merged = deep_merge(merged, read_config_file(path.parent / base, (*_seen, path.resolve())))
+    return deep_merge(merged, data)
+
+
+def read_yaml_mapping(path: Path, what: str) -> dict[str, Any]:
+    """A YAML file whose top level must be a mapping; errors name the file."""
+    try:
+        data = yaml.load(path.read_text(), Loader=YamlLoader) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path} is not valid YAML: {error}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be {what}")
+    return data
+
+
+def deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    """`top` laid over `base`: mappings merge key by key, any other value replaces (lists too)."""
+    out = dict(base)
+    for key, value in top.items():
+        out[key] = deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
 
 
 def validate(data: dict[str, Any], where: str = "<config>") -> RunConfig:

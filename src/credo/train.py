@@ -18,6 +18,8 @@ import torch
 from credo.batch import RolloutBatch
 from credo.checkpoint import RunDirectory, TrainState, load_checkpoint, save_checkpoint
 from credo.config import RunConfig, dump
+from credo.credit.groups import failed_rows
+from credo.diagnostics import blame_precision
 from credo.evaluate import eval_subset, evaluate_policy
 from credo.io import atomic_directory, write_json_atomic, write_text_atomic
 from credo.methods import Method, get_method
@@ -68,12 +70,12 @@ def train(config: RunConfig, run_dir, *, resume: bool = False, show_progress: bo
             batch = score(trainer, rollout)
             batch, credit_metrics = trainer.method.credit(batch)
             scored = time.perf_counter()
-            update_metrics = update(trainer, batch, state)
+            update_metrics, credit = update(trainer, batch, state)
             state.step += 1
             state.data_position = stream.position
             state.rollout_tokens += rollout.generated_tokens
             state.wall_s += time.perf_counter() - started
-            record = step_record(trainer, state, rollout, batch, credit_metrics, update_metrics)
+            record = step_record(trainer, state, rollout, batch, credit, credit_metrics, update_metrics)
             record.update({
                 "time/generate_s": generated - started, "time/score_credit_s": scored - generated,
                 "time/update_s": time.perf_counter() - scored, "time/step_s": time.perf_counter() - started,
@@ -83,7 +85,7 @@ def train(config: RunConfig, run_dir, *, resume: bool = False, show_progress: bo
             if board is not None:
                 for key, value in record.items():
                     board.add_scalar(key, value, state.step)
-            log_samples(trainer, state.step, rollout, batch)
+            log_samples(trainer, state.step, rollout, batch, credit)
             if state.step % config.train.eval_every == 0 or state.step == config.train.steps:
                 record_eval(trainer, eval_problems, state)
             if state.step % config.train.checkpoint_every == 0 or state.step == config.train.steps:
@@ -207,27 +209,37 @@ def _to(tensor: torch.Tensor | None, device: torch.device) -> torch.Tensor | Non
     return None if tensor is None else tensor.to(device)
 
 
-def update(trainer: Trainer, batch: RolloutBatch, state: TrainState) -> dict[str, float]:
-    """`epochs` passes of `minibatches` optimiser steps over the credited batch; averaged metrics."""
+def update(trainer: Trainer, batch: RolloutBatch, state: TrainState) -> tuple[dict[str, float], torch.Tensor]:
+    """`epochs` passes of `minibatches` optimiser steps over the credited batch.
+
+    Returns the averaged metrics and the credit each token received, `-rows * dLoss/dlogp` of its
+    mini-batch's loss (`credo.diagnostics`), averaged over epochs: (B, T).
+    """
     optim = trainer.config.optim
     totals: dict[str, float] = {}
+    credit = torch.zeros_like(batch.old_logp)  # (B, T)
     count = 0
     for _ in range(optim.epochs):
         order = torch.randperm(batch.size).to(batch.response_ids.device)
         for rows in order.chunk(optim.minibatches):
-            metrics = optimiser_step(trainer, batch.select(rows), state)
+            metrics, minibatch_credit = optimiser_step(trainer, batch.select(rows), state)
+            credit[rows] += minibatch_credit / optim.epochs
             for key, value in metrics.items():
                 totals[key] = totals.get(key, 0.0) + value
             count += 1
-    return {key: value / count for key, value in totals.items()}
+    return {key: value / count for key, value in totals.items()}, credit
 
 
-def optimiser_step(trainer: Trainer, minibatch: RolloutBatch, state: TrainState) -> dict[str, float]:
-    """One optimiser step on a mini-batch, accumulated over micro-batches; a non-finite loss skips it."""
+def optimiser_step(trainer: Trainer, minibatch: RolloutBatch, state: TrainState) -> tuple[dict[str, float], torch.Tensor]:
+    """One optimiser step on a mini-batch, accumulated over micro-batches; a non-finite loss skips it.
+
+    Returns the metrics and the mini-batch's per-token credit `-rows * dLoss/dlogp`, (rows, T).
+    """
     config = trainer.config
     denominators = trainer.method.loss.normalisers(minibatch.loss_mask)
     micro = config.optim.micro_batch_size or minibatch.size
     metrics: dict[str, float] = {}
+    credit = torch.zeros_like(minibatch.old_logp)  # (rows, T)
     finite = True
     for start in range(0, minibatch.size, micro):
         part = minibatch.select(slice(start, start + micro))
@@ -235,11 +247,15 @@ def optimiser_step(trainer: Trainer, minibatch: RolloutBatch, state: TrainState)
             trainer.model, part.prompt_ids, part.prompt_mask, part.response_ids, part.response_mask,
             temperature=config.rollout.temperature, chunk_tokens=config.train.logprob_chunk, autocast=trainer.autocast,
         )
-        out = trainer.method.policy_loss(logp.float(), part, **denominators)
+        logp = logp.float()
+        logp.retain_grad()  # the credit diagnostics read dLoss/dlogp from the backward pass taken anyway
+        out = trainer.method.policy_loss(logp, part, **denominators)
         if not torch.isfinite(out.loss):
             finite = False
             break
         out.loss.backward()
+        if logp.grad is not None:
+            credit[start : start + micro] = -minibatch.size * logp.grad
         weight = part.size / minibatch.size
         for key, value in out.metrics.items():
             metrics[key] = metrics.get(key, 0.0) + weight * value
@@ -262,11 +278,11 @@ def optimiser_step(trainer: Trainer, minibatch: RolloutBatch, state: TrainState)
             )
     trainer.optimizer.zero_grad(set_to_none=True)
     metrics["optim/skipped"] = float(not finite)
-    return metrics
+    return metrics, credit
 
 
 # ------------------------------------------------------------------------------------------- records
-def step_record(trainer: Trainer, state: TrainState, rollout: Rollout, batch: RolloutBatch,
+def step_record(trainer: Trainer, state: TrainState, rollout: Rollout, batch: RolloutBatch, credit: torch.Tensor,
                 credit_metrics: dict, update_metrics: dict) -> dict:
     lengths = batch.lengths.float()
     record = {
@@ -286,14 +302,17 @@ def step_record(trainer: Trainer, state: TrainState, rollout: Rollout, batch: Ro
         correct = [v for v in rollout.verdicts if v.correct]
         lucky = sum(v.first_wrong_step is not None for v in correct)
         record["verify/lucky_share"] = lucky / len(correct) if correct else 0.0
+        precision = blame_precision(credit, batch.response_mask, batch.blame_start, failed_rows(batch))
+        if precision is not None:
+            record["credit/blame_precision"] = precision
     record.update(rollout.metrics)
     record.update(credit_metrics)
     record.update(update_metrics)
     return record
 
 
-def log_samples(trainer: Trainer, step: int, rollout: Rollout, batch: RolloutBatch) -> None:
-    """A few responses per step with their rewards and per-token advantages (the credit they got)."""
+def log_samples(trainer: Trainer, step: int, rollout: Rollout, batch: RolloutBatch, credit: torch.Tensor) -> None:
+    """A few responses per step with their rewards, per-token advantages and the credit the update gave."""
     tokenizer = trainer.tokenizer
     for row in range(min(trainer.config.train.log_samples, batch.size)):
         n = int(batch.lengths[row])
@@ -307,7 +326,9 @@ def log_samples(trainer: Trainer, step: int, rollout: Rollout, batch: RolloutBat
             "correct": verdict.correct,
             "first_wrong_step": verdict.first_wrong_step,
             "tokens": tokenizer.convert_ids_to_tokens(ids),
+            "blame_start": None if batch.blame_start is None else int(batch.blame_start[row]),
             "advantage": [round(x, 4) for x in batch.advantages[row, :n].tolist()],
+            "credit": [round(x, 5) for x in credit[row, :n].tolist()],
             "loss_mask": batch.loss_mask[row, :n].tolist(),
         })
 
@@ -329,14 +350,18 @@ def finish(trainer: Trainer, state: TrainState) -> dict:
 
     records = trainer.run.records()
     evals = [r for r in records if "eval" in r]
+    precisions = [r["credit/blame_precision"] for r in records if "credit/blame_precision" in r]
     summary = {
         "method": trainer.config.method,
+        "task": trainer.task.name,
+        "seed": trainer.config.train.seed,
         "steps": state.step,
         "rollout_tokens": state.rollout_tokens,
         "wall_s": state.wall_s,
         "skipped_steps": state.skipped_steps,
         "eval_start": evals[0]["eval"],
         "eval_end": evals[-1]["eval"],
+        "blame_precision": sum(precisions) / len(precisions) if precisions else None,
     }
     with atomic_directory(trainer.run.model_dir) as tmp:
         export_model(trainer.model, trainer.tokenizer, tmp)

@@ -34,7 +34,6 @@ class Revision:
     row: int
     reference: int
     ids: list[int]
-    text: str
     success: bool
     truncated: bool
 
@@ -98,7 +97,7 @@ def revise(backend, task: Task, rollout: Rollout, requests: list[tuple[int, int]
     )
     verdicts, errors = verify_all(task, problems, out.texts, config.reward_errors)
     revisions = [
-        Revision(row, ref, out.response_ids[n][out.response_mask[n]].tolist(), out.texts[n],
+        Revision(row, ref, out.response_ids[n][out.response_mask[n]].tolist(),
                  verdict.correct and not bool(out.truncated[n]), bool(out.truncated[n]))
         for n, ((row, ref), verdict) in enumerate(zip(requests, verdicts))
     ]

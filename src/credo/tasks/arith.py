@@ -70,6 +70,10 @@ class Noise(BaseModel):
     """Probability that a step of a misconception type takes the misconception's wrong value."""
     p_slip: float = Field(0.03, ge=0.0, le=1.0)
     """Probability that any other step slips to a uniformly random wrong value."""
+    offsets_may_cancel: bool = True
+    """False: reject offsets of which a sum of 2 or more (repeats allowed, at most one per step of the longest
+    chain) is 0 mod 100, so that misconceptions cannot undo each other (carry -10 and borrow +10 can). A single
+    error can still vanish through later multiplications (an error of 50 times 2), so some lucky successes remain."""
 
     @field_validator("misconceptions")
     @classmethod
@@ -205,9 +209,37 @@ class ArithConfig(BaseModel):
                 f"min_misconception_steps = {self.min_misconception_steps} exceeds the length of some chains "
                 f"(max_steps {self.max_steps}, eval_steps {list(self.eval_steps)}): no chain could pass the filter"
             )
+        longest = max(self.max_steps, *self.eval_steps)
+        cancelling = cancelling_offsets(self.noise.misconceptions, longest)
+        if not self.noise.offsets_may_cancel and cancelling:
+            raise ValueError(
+                f"noise.offsets_may_cancel = false, but the misconceptions {' + '.join(cancelling)} can cancel "
+                f"within {longest} steps (their offsets sum to 0 mod {MODULUS}); choose offsets of one sign whose "
+                f"{longest}-fold largest stays below {MODULUS}, e.g. all -10"
+            )
         if self.min_misconception_steps and not self.noise.misconceptions:
             raise ValueError("min_misconception_steps > 0 needs at least one misconception in noise.misconceptions")
         return self
+
+
+def cancelling_offsets(offsets: dict[str, int], max_terms: int) -> list[str] | None:
+    """Names of 2 to `max_terms` misconceptions (repeats allowed) whose offsets sum to 0 mod 100, or None.
+
+    >>> cancelling_offsets({"carry": -10, "borrow": 10}, 6)
+    ['carry', 'borrow']
+    >>> cancelling_offsets({"carry": -10, "borrow": -10, "mul7": -10}, 6) is None
+    True
+    """
+    reachable: dict[int, list[str]] = {offset % MODULUS: [name] for name, offset in offsets.items()}  # one term
+    for _ in range(max_terms - 1):
+        grown: dict[int, list[str]] = {}
+        for total, names in reachable.items():
+            for name, offset in offsets.items():
+                grown.setdefault((total + offset) % MODULUS, names + [name])
+        if 0 in grown:
+            return grown[0]
+        reachable = grown
+    return None
 
 
 def is_held_out(prompt: str) -> bool:

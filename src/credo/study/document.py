@@ -1,0 +1,104 @@
+"""A small document model, rendered as Markdown or as a self-contained HTML page (the report's two forms)."""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Heading:
+    text: str
+    level: int = 2
+
+
+@dataclass(frozen=True)
+class Paragraph:
+    text: str
+
+
+@dataclass(frozen=True)
+class Bullets:
+    items: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Code:
+    text: str
+
+
+@dataclass(frozen=True)
+class Table:
+    header: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+
+
+@dataclass(frozen=True)
+class Image:
+    path: str
+    """Relative to the document."""
+    alt: str
+
+
+Block = Heading | Paragraph | Bullets | Code | Table | Image
+
+
+def to_markdown(blocks: list[Block]) -> str:
+    """
+    >>> print(to_markdown([Heading("R", 1), Table(("a", "b"), (("1", "2|3"),))]))
+    # R
+    <BLANKLINE>
+    | a | b |
+    |---|---|
+    | 1 | 2\\|3 |
+    <BLANKLINE>
+    """
+    out = []
+    for block in blocks:
+        if isinstance(block, Heading):
+            out.append(f"{'#' * block.level} {block.text}")
+        elif isinstance(block, Paragraph):
+            out.append(block.text)
+        elif isinstance(block, Bullets):
+            out.append("\n".join(f"- {item}" for item in block.items))
+        elif isinstance(block, Code):
+            out.append(f"```\n{block.text}\n```")
+        elif isinstance(block, Table):
+            cells = [block.header, tuple("---" for _ in block.header), *block.rows]
+            out.append("\n".join("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in cells))
+        else:
+            out.append(f"![{block.alt}]({block.path})")
+    return "\n\n".join(out) + "\n"
+
+
+def to_html(blocks: list[Block], title: str) -> str:
+    body = []
+    for block in blocks:
+        if isinstance(block, Heading):
+            body.append(f"<h{block.level}>{html.escape(block.text)}</h{block.level}>")
+        elif isinstance(block, Paragraph):
+            body.append(f"<p>{_inline(block.text)}</p>")
+        elif isinstance(block, Bullets):
+            body.append("<ul>" + "".join(f"<li>{_inline(item)}</li>" for item in block.items) + "</ul>")
+        elif isinstance(block, Code):
+            body.append(f"<pre>{html.escape(block.text)}</pre>")
+        elif isinstance(block, Table):
+            head = "".join(f"<th>{html.escape(c)}</th>" for c in block.header)
+            rows = "".join("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in row) + "</tr>" for row in block.rows)
+            body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
+        else:
+            body.append(f'<img src="{html.escape(block.path)}" alt="{html.escape(block.alt)}">')
+    style = ("body{font-family:sans-serif;max-width:1200px;margin:2em auto;line-height:1.4}"
+             "table{border-collapse:collapse;font-size:90%}td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}"
+             "td:first-child,th:first-child{text-align:left}img{max-width:100%}pre{background:#f4f4f4;padding:8px}")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n")
+
+
+def _inline(text: str) -> str:
+    """Escaped text with Markdown's `code` spans and [links](target) kept."""
+    import re
+
+    escaped = html.escape(text)
+    escaped = re.sub(r"`([^`]+)`", r"<code>\1</code>", escaped)
+    return re.sub(r"\[([^\]]+)\]\(([^)]+)\)", r'<a href="\2">\1</a>', escaped)

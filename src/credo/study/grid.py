@@ -1,0 +1,232 @@
+"""A study: a grid of methods x seeds (x difficulties) from one YAML file, run one after another, resumable.
+
+```yaml
+name: testbed-hard
+seeds: [0, 1, 2]
+set: {train: {steps: 80}}                 # laid over every run's config
+methods:                                  # label -> a run config (and overrides of its own)
+  grpo: configs/testbed/hard/grpo.yaml
+  gspo: {config: configs/testbed/hard/gspo.yaml, set: {optim: {lr: 5.0e-5}}}
+difficulties:                             # optional: label -> overrides (default: one cell, "default")
+  hard: {}
+report: {baseline: grpo, oracle: oracle_blame, metric: greedy_pass@1}
+```
+
+A cell's config is its method's file (with its `base` files), then the study's `set`, the difficulty's
+overrides, the method's `set` and finally `train.seed`; every cell is validated before the first one runs.
+Runs live in `<output>/<difficulty>/<method>/seed<k>/`. Running the study again skips finished cells
+(`summary.json`), resumes cells with a checkpoint and restarts cells that stopped before their first one;
+a cell whose saved config differs from what the study file now says is an error, so one directory never
+mixes two studies.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from credo.config import ConfigError, RunConfig, deep_merge, dump, read_config_file, read_yaml_mapping, validate
+from credo.io import write_text_atomic
+
+STUDY_FILE = "study.yaml"
+"""The study's resolved file, written into its output directory (what `credo report` reads)."""
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class MethodEntry(Strict):
+    config: str
+    """The run config file (paths relative to the study file)."""
+    set: dict[str, Any] = Field(default_factory=dict)
+    """Overrides of this method's runs, as a nested mapping (e.g. `{optim: {lr: 5.0e-5}}`)."""
+
+
+class ReportConfig(Strict):
+    baseline: str = "grpo"
+    """The method every other is compared with (tokens to its final score, paired differences)."""
+    oracle: str | None = "oracle_blame"
+    """The yardstick method: each method's share of its gain over the baseline (None: no such column)."""
+    metric: str = "greedy_pass@1"
+    """The held-out metric of the tables (an eval key: greedy_pass@1, pass@1, pass@4, ...)."""
+    auc_tokens: float | None = Field(None, gt=0)
+    """Rollout-token budget of the areas under the curve; None: the smallest final budget in the grid."""
+    heatmap_step: int = Field(1, ge=1)
+    """The step whose logged samples the credit heatmaps show (step 1: every i.i.d. method sees the same
+    responses of the same seed, so the heatmaps differ only by credit)."""
+
+
+class StudyConfig(Strict):
+    name: str
+    output: str | None = None
+    """Directory of the runs and the report (default `runs/studies/<name>`, relative to the working directory)."""
+    seeds: list[int] = Field(min_length=1)
+    set: dict[str, Any] = Field(default_factory=dict)
+    """Overrides of every run, as a nested mapping."""
+    methods: dict[str, MethodEntry] = Field(min_length=1)
+    difficulties: dict[str, dict[str, Any]] = Field(default_factory=lambda: {"default": {}}, min_length=1)
+    report: ReportConfig = ReportConfig()
+
+    @field_validator("methods", mode="before")
+    @classmethod
+    def _entries(cls, methods: Any) -> Any:
+        if isinstance(methods, dict):
+            return {k: {"config": v} if isinstance(v, str) else v for k, v in methods.items()}
+        return methods
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct(cls, seeds: list[int]) -> list[int]:
+        if len(set(seeds)) != len(seeds):
+            raise ValueError(f"seeds must be distinct, got {seeds}")
+        return seeds
+
+
+@dataclass(frozen=True)
+class Cell:
+    difficulty: str
+    method: str
+    seed: int
+    config: RunConfig
+    run_dir: Path
+
+    @property
+    def label(self) -> str:
+        return f"{self.difficulty} · {self.method} · seed {self.seed}"
+
+
+@dataclass(frozen=True)
+class Study:
+    config: StudyConfig
+    root: Path
+    """The study file's directory (method config paths are relative to it)."""
+    output: Path
+
+    def cells(self) -> list[Cell]:
+        """Every run of the grid, validated (a bad config is an error naming the cell, before anything runs)."""
+        out = []
+        for difficulty, difficulty_set in self.config.difficulties.items():
+            for method, entry in self.config.methods.items():
+                data = read_config_file(self.root / entry.config)
+                for layer in (self.config.set, difficulty_set, entry.set):
+                    data = deep_merge(data, layer)
+                for seed in self.config.seeds:
+                    where = f"{self.config.name}: method {method}, difficulty {difficulty}, seed {seed}"
+                    config = validate(deep_merge(data, {"train": {"seed": seed}}), where)
+                    out.append(Cell(difficulty, method, seed, config, self.output / difficulty / method / f"seed{seed}"))
+        return out
+
+
+def load_study(path: str | Path, output: str | Path | None = None) -> Study:
+    """Read and validate a study file; `output` overrides its output directory."""
+    path = Path(path)
+    data = read_yaml_mapping(path, "a study: name, seeds, methods, ...")
+    try:
+        config = StudyConfig(**data)
+    except ValidationError as error:
+        lines = [f"  {'.'.join(str(p) for p in e['loc']) or 'study'}: {e['msg'].removeprefix('Value error, ')}"
+                 for e in error.errors()]
+        raise ConfigError(f"invalid study {path}:\n" + "\n".join(lines)) from None
+    if config.report.baseline not in config.methods:
+        raise ConfigError(f"{path}: report.baseline {config.report.baseline!r} is not one of the methods: {', '.join(config.methods)}")
+    if config.report.oracle is not None and config.report.oracle not in config.methods:
+        raise ConfigError(f"{path}: report.oracle {config.report.oracle!r} is not one of the methods: {', '.join(config.methods)} "
+                          "(set it to null for no yardstick column)")
+    target = Path(output or config.output or Path("runs") / "studies" / config.name)
+    return Study(config, path.parent, target)
+
+
+def cell_status(cell: Cell) -> str:
+    """"done" (summary written), "resume" (a checkpoint), "restart" (stopped before one) or "new"."""
+    if (cell.run_dir / "summary.json").exists():
+        return "done"
+    if not cell.run_dir.exists():
+        return "new"
+    return "resume" if any((cell.run_dir / "checkpoints").glob("step_*")) else "restart"
+
+
+def check_unchanged(cell: Cell) -> None:
+    saved = cell.run_dir / "config.yaml"
+    if saved.exists() and saved.read_text() != dump(cell.config):
+        raise ConfigError(
+            f"{cell.run_dir} was run with another config than the study now gives ({cell.label}); "
+            "use a new output directory, or delete that run to redo it"
+        )
+
+
+def run_cell(cell: Cell, *, show_progress: bool, threads: int | None = None) -> dict:
+    """Train one cell (resume or restart as its directory says); returns its summary."""
+    import torch
+
+    from credo.train import train
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+    status = cell_status(cell)
+    if status == "restart":  # stopped before its first checkpoint: nothing to continue from
+        shutil.rmtree(cell.run_dir)
+    return train(cell.config, cell.run_dir, resume=status == "resume", show_progress=show_progress)
+
+
+def _run_cell_in_worker(cell: Cell, threads: int) -> dict:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    return run_cell(cell, show_progress=False, threads=threads)
+
+
+def run_study(study: Study, *, jobs: int = 1, log: Callable[[str], None] = print, command: str = "") -> list[Cell]:
+    """Run every unfinished cell (`jobs` processes at once, sharing the cores); returns the cells."""
+    cells = study.cells()
+    for cell in cells:
+        check_unchanged(cell)
+    study.output.mkdir(parents=True, exist_ok=True)
+    resolved = study.config.model_dump(mode="json") | {"command": command} if command else study.config.model_dump(mode="json")
+    write_text_atomic(study.output / STUDY_FILE, _yaml(resolved))
+    todo = [c for c in cells if cell_status(c) != "done"]
+    log(f"{study.config.name}: {len(cells)} runs, {len(cells) - len(todo)} done, {len(todo)} to run -> {study.output}")
+    started = time.perf_counter()
+    if jobs == 1:
+        for number, cell in enumerate(todo, 1):
+            log(f"[{number}/{len(todo)}] {cell.label} ({cell_status(cell)})  {_eta(started, number - 1, len(todo))}")
+            summary = run_cell(cell, show_progress=True)
+            log(f"[{number}/{len(todo)}] {cell.label}: {_brief(summary, study.config.report.metric)}")
+        return cells
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from multiprocessing import get_context
+
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
+        futures = {pool.submit(_run_cell_in_worker, cell, threads): cell for cell in todo}
+        for number, future in enumerate(as_completed(futures), 1):
+            cell = futures[future]
+            log(f"[{number}/{len(todo)}] {cell.label}: {_brief(future.result(), study.config.report.metric)}  "
+                f"{_eta(started, number, len(todo))}")
+    return cells
+
+
+def _brief(summary: dict, metric: str) -> str:
+    start, end = summary["eval_start"].get(metric), summary["eval_end"].get(metric)
+    score = f"{metric} {start:.3f} -> {end:.3f}" if start is not None and end is not None else ""
+    return f"{score}, {summary['rollout_tokens']:,} tokens, {summary['wall_s']:.0f} s"
+
+
+def _eta(started: float, done: int, total: int) -> str:
+    if done == 0:
+        return ""
+    left = (time.perf_counter() - started) / done * (total - done)
+    return f"(about {left / 60:.0f} min left)"
+
+
+def _yaml(data: dict) -> str:
+    import yaml
+
+    return yaml.safe_dump(data, sort_keys=False)

@@ -1,0 +1,106 @@
+"""The study grid: one file, validated cells with layered overrides, a resumable run of the whole grid."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from credo.config import ConfigError, dump
+from credo.study import grid
+from credo.study.grid import cell_status, load_study, run_study
+
+CONFIGS = Path(__file__).parents[1] / "configs" / "testbed"
+TINY_SET = {
+    "model": {"testbed": {"steps": 2, "batch_size": 8,
+                          "model": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64}}},
+    "train": {"steps": 3, "eval_every": 2, "checkpoint_every": 2, "log_samples": 2},
+    "rollout": {"prompts_per_step": 3, "group_size": 2, "max_new_tokens": 12},
+    "eval": {"max_problems": 2, "samples": 2, "ks": [1, 2]},
+}
+TIMING = ("time/", "tokens_per_s", "wall_s")
+
+
+def write_study(tmp_path, **changes) -> Path:
+    study = {"name": "tiny", "seeds": [0, 1], "set": TINY_SET,
+             "methods": {"grpo": str(CONFIGS / "grpo.yaml"),
+                         "oracle_blame": {"config": str(CONFIGS / "oracle_blame.yaml"), "set": {"optim": {"lr": 3.0e-4}}}},
+             "output": str(tmp_path / "out")}
+    study.update(changes)
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(study))
+    return path
+
+
+def test_cells_layer_file_study_difficulty_method_and_seed(tmp_path):
+    path = write_study(tmp_path, difficulties={"easy": {}, "long": {"task": {"min_steps": 5}, "optim": {"lr": 1.0e-6}}})
+    cells = load_study(path).cells()
+    assert [(c.difficulty, c.method, c.seed) for c in cells] == [
+        (d, m, s) for d in ("easy", "long") for m in ("grpo", "oracle_blame") for s in (0, 1)]
+    by = {(c.difficulty, c.method, c.seed): c.config for c in cells}
+    assert by["easy", "grpo", 1].train.seed == 1 and by["easy", "grpo", 1].train.steps == 3  # study set over the file
+    assert by["easy", "grpo", 0].optim.lr == 1e-4  # the method file's own
+    assert by["long", "grpo", 0].optim.lr == 1e-6 and by["long", "grpo", 0].task["min_steps"] == 5  # difficulty
+    assert by["long", "oracle_blame", 0].optim.lr == 3e-4  # the method's own set over the difficulty's
+    assert cells[0].run_dir == tmp_path / "out" / "easy" / "grpo" / "seed0"
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"seeds": []}, r"seeds: List should have at least 1 item"),
+    ({"seeds": [1, 1]}, r"seeds must be distinct"),
+    ({"colour": "red"}, r"colour: Extra inputs are not permitted"),
+    ({"report": {"baseline": "dapo"}}, r"report.baseline 'dapo' is not one of the methods: grpo, oracle_blame"),
+    ({"report": {"oracle": "s_trace"}}, r"report.oracle 's_trace' is not one of the methods"),
+])
+def test_study_file_errors_name_the_key(tmp_path, changes, message):
+    with pytest.raises(ConfigError, match=message):
+        load_study(write_study(tmp_path, **changes))
+
+
+def test_a_bad_cell_fails_before_anything_runs(tmp_path):
+    path = write_study(tmp_path, methods={"grpo": str(CONFIGS / "grpo.yaml"),
+                                          "broken": {"config": str(CONFIGS / "grpo.yaml"), "set": {"optim": {"lr": -1}}}},
+                       report={"oracle": None})
+    with pytest.raises(ConfigError, match=r"tiny: method broken, difficulty default, seed 0:\n  optim.lr"):
+        run_study(load_study(path), log=lambda _: None)
+    assert not (tmp_path / "out" / "default").exists()
+
+
+def records(run_dir: Path) -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(x).items() if not k.startswith(TIMING)} for x in lines]
+
+
+def test_a_half_finished_grid_resumes_and_gives_the_uninterrupted_results(tmp_path, monkeypatch):
+    study = load_study(write_study(tmp_path))
+    cells = run_study(study, log=lambda _: None)
+    assert all(cell_status(c) == "done" for c in cells)
+    finished = {c.run_dir: records(c.run_dir) for c in cells}
+    # Make the grid half-finished: cell 1 killed after its step-2 checkpoint, cell 2 killed before any checkpoint.
+    killed, early = cells[1].run_dir, cells[2].run_dir
+    (killed / "summary.json").unlink()
+    shutil.rmtree(killed / "checkpoints" / "step_000003")
+    shutil.rmtree(early / "checkpoints")
+    (early / "summary.json").unlink()
+    assert (cell_status(cells[1]), cell_status(cells[2])) == ("resume", "restart")
+    ran = []
+    original = grid.run_cell
+    monkeypatch.setattr(grid, "run_cell", lambda cell, **kw: ran.append(cell.run_dir) or original(cell, **kw))
+    run_study(study, log=lambda _: None)
+    assert ran == [killed, early]  # the finished cells were skipped
+    for cell in cells:
+        assert records(cell.run_dir) == finished[cell.run_dir]  # same metrics as the uninterrupted run
+    summaries = [json.loads((c.run_dir / "summary.json").read_text()) for c in cells]
+    assert all(set(s) == set(summaries[0]) for s in summaries)  # every run's summary has the same fields
+
+
+def test_a_changed_study_does_not_mix_into_old_runs(tmp_path):
+    study = load_study(write_study(tmp_path, seeds=[0]))
+    cells = study.cells()
+    cells[0].run_dir.mkdir(parents=True)
+    (cells[0].run_dir / "config.yaml").write_text(dump(cells[0].config).replace("lr: 0.0001", "lr: 0.0002"))
+    with pytest.raises(ConfigError, match=r"was run with another config than the study now gives \(default · grpo · seed 0\)"):
+        run_study(study, log=lambda _: None)

@@ -1,0 +1,104 @@
+"""The study report from synthetic run directories: known curves give the known table, findings and files."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from credo.study.report import write_report
+
+# Greedy pass@1 at rollout tokens 0, 1000, 2000 (both seeds; seed 1 is shifted by `SHIFT` to give intervals).
+CURVES = {"grpo": (0.2, 0.4, 0.6), "better": (0.2, 0.6, 0.8), "worse": (0.2, 0.3, 0.4), "oracle_blame": (0.2, 0.8, 1.0)}
+SHIFT = {0: 0.0, 1: 0.02}
+
+
+def make_run(path, method, seed, ys, tokens=(0, 1000, 2000), precision=0.8):
+    path.mkdir(parents=True)
+    records = []
+    for step, (x, y) in enumerate(zip(tokens, ys)):
+        result = {"greedy_pass@1": y, "pass@1": y / 2, "pass@4": min(1.0, y * 1.5), "by_difficulty": {}}
+        records.append({"step": step * 10, "rollout_tokens": x, "wall_s": step * 5.0, "eval": result})
+        if step:
+            records.append({"step": step * 10, "rollout_tokens": x, "reward/mean": y})
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    evals = [r["eval"] for r in records if "eval" in r]
+    summary = {"method": method, "task": "arith", "seed": seed, "steps": 20, "rollout_tokens": tokens[-1],
+               "wall_s": 10.0, "skipped_steps": 0, "eval_start": evals[0], "eval_end": evals[-1],
+               "blame_precision": precision}
+    (path / "summary.json").write_text(json.dumps(summary))
+    sample = {"step": 1, "prompt": "07+5?", "response": "+5=13", "reward": 0.0, "correct": False,
+              "first_wrong_step": 0, "blame_start": 1, "tokens": ["+", "5", "=", "1", "3"],
+              "advantage": [-1.0] * 5, "loss_mask": [True] * 5, "credit": [-0.1, -0.2, -0.3, -0.4, 0.0]}
+    (path / "samples.jsonl").write_text(json.dumps(sample) + "\n")
+
+
+@pytest.fixture
+def study_dir(tmp_path):
+    root = tmp_path / "study"
+    study = {"name": "synthetic", "seeds": [0, 1], "methods": {m: {"config": f"{m}.yaml"} for m in CURVES},
+             "difficulties": {"default": {}}, "report": {"baseline": "grpo", "oracle": "oracle_blame",
+                                                         "metric": "greedy_pass@1"}, "command": "credo compare synthetic.yaml"}
+    root.mkdir()
+    (root / "study.yaml").write_text(yaml.safe_dump(study))
+    for method, ys in CURVES.items():
+        for seed, shift in SHIFT.items():
+            make_run(root / "default" / method / f"seed{seed}", method, seed, [y + shift if y > 0.2 else y for y in ys])
+    return root
+
+
+def test_known_curves_give_the_known_table(study_dir):
+    write_report(study_dir)
+    numbers = json.loads((study_dir / "report.json").read_text())["default"]
+    rows = {r["method"]: r for r in numbers["methods"]}
+    assert numbers["auc_tokens"] == 2000
+    assert numbers["baseline_final"] == pytest.approx(0.61)  # (0.6 + 0.62) / 2
+    # areas over [0, 2000] of (0.2, a, b): (0.2 + a) / 4 + (a + b) / 4; seed 1 adds 0.02 * 3/4 = 0.015
+    for method, (_, a, b) in CURVES.items():
+        expected = (0.2 + a) / 4 + (a + b) / 4
+        assert rows[method]["auc"]["mean"] == pytest.approx(expected + 0.0075)
+    assert rows["better"]["auc_vs_baseline"]["mean"] == pytest.approx(0.15)
+    assert rows["better"]["share_of_oracle_gain"]["value"] == pytest.approx(0.5)  # 0.15 / 0.30
+    assert rows["worse"]["share_of_oracle_gain"]["value"] == pytest.approx(-0.10 / 0.30)  # areas 0.30 vs 0.40
+    assert rows["grpo"]["share_of_oracle_gain"] is None and rows["oracle_blame"]["share_of_oracle_gain"] is None
+    # tokens to the baseline's final 0.61: better crosses at 1000 + 1000 * (0.61 - 0.6) / 0.2 = 1050 (seed 0)
+    # and 1000 + 1000 * (0.61 - 0.62) ... = 995 (seed 1: 0.62 at 1000 already above: 1000 * 0.41 / 0.42)
+    better = rows["better"]["tokens_to_baseline_final"]
+    assert better["mean"] == pytest.approx((1050 + 1000 * 0.41 / 0.42) / 2)
+    assert rows["worse"]["tokens_to_baseline_final"] is None and rows["worse"]["reached_baseline_final"] == 0
+    assert rows["grpo"]["reached_baseline_final"] == 1  # seed 0 ends at 0.60 < 0.61: only seed 1 reaches the mean
+    assert rows["grpo"]["final"]["greedy_pass@1"]["mean"] == pytest.approx(0.61)
+    assert rows["better"]["blame_precision"]["mean"] == pytest.approx(0.8)
+
+
+def test_findings_say_better_worse_and_the_share(study_dir):
+    text = write_report(study_dir, html=True).read_text()
+    assert "`better` beats `grpo`" in text
+    assert "`worse` falls behind `grpo`" in text and "never reached the baseline's final greedy_pass@1" in text
+    assert "The yardstick `oracle_blame` beats `grpo`" in text
+    assert "share of the oracle's gain 0.50 [0.50 to 0.50]" in text
+    assert "credo compare synthetic.yaml" in text
+    for name in ("default_greedy_pass_at_1.png", "default_pass_at_1.png", "default_pass_at_4.png"):
+        assert (study_dir / "plots" / name).stat().st_size > 5000
+    page = (study_dir / "credit_default.html").read_text()
+    assert page.count("<h2>") == len(CURVES) and "text-decoration:underline" in page and 'title="-0.4000"' in page
+    assert "<table>" in (study_dir / "report.html").read_text()
+
+
+def test_report_to_another_directory_and_unfinished_runs(study_dir, tmp_path):
+    (study_dir / "default" / "worse" / "seed1" / "summary.json").unlink()  # still running
+    out = tmp_path / "docs"
+    text = write_report(study_dir, out).read_text()
+    assert "Unfinished (finished seeds / all): worse (1/2)." in text
+    assert (out / "study.yaml").exists() and (out / "plots" / "default_greedy_pass_at_1.png").exists()
+    assert not (study_dir / "report.md").exists()
+
+
+def test_report_errors(study_dir, tmp_path):
+    with pytest.raises(FileNotFoundError, match="not a study directory"):
+        write_report(tmp_path)
+    for seed in (0, 1):
+        (study_dir / "default" / "grpo" / f"seed{seed}" / "summary.json").unlink()
+    with pytest.raises(ValueError, match="the baseline 'grpo' has no finished run"):
+        write_report(study_dir)
