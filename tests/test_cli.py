@@ -1,4 +1,4 @@
-"""The command line: `credo methods` and `credo demo`."""
+"""The command line: `credo methods`, `credo demo`, `credo compare` and `credo report`."""
 
 from __future__ import annotations
 
@@ -69,3 +69,25 @@ def test_bad_config_is_a_clear_cli_error(tmp_path):
     result = CliRunner().invoke(app, ["train", "--set", "optim.lrr=1"])
     assert result.exit_code == 2
     assert "optim.lrr: unknown key" in result.output
+
+
+def test_compare_runs_the_grid_and_report_rewrites_it(tmp_path):
+    from test_study_grid import write_study
+
+    study = write_study(tmp_path, seeds=[0])
+    result = CliRunner().invoke(app, ["compare", str(study), "--html"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    out = tmp_path / "out"
+    assert "tiny: 2 runs, 0 done, 2 to run" in result.output and (out / "report.html").exists()
+    again = CliRunner().invoke(app, ["compare", str(study)], env={"COLUMNS": "200"})
+    assert "tiny: 2 runs, 2 done, 0 to run" in again.output
+    report = CliRunner().invoke(app, ["report", str(out), "--output", str(tmp_path / "docs")], env={"COLUMNS": "200"})
+    assert report.exit_code == 0, report.output
+    assert "Findings" in report.output and (tmp_path / "docs" / "report.md").exists()
+
+
+def test_compare_and_report_errors_are_one_line(tmp_path):
+    missing = CliRunner().invoke(app, ["compare", str(tmp_path / "nope.yaml")])
+    assert missing.exit_code == 2 and "does not exist" in missing.output
+    not_a_study = CliRunner().invoke(app, ["report", str(tmp_path)])
+    assert not_a_study.exit_code == 2 and "is not a study directory" in not_a_study.output

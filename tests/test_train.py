@@ -240,3 +240,24 @@ def test_stop_strings_end_responses():
     assert done and cut[-1] == tok.eos_token_id and len(cut) == len(ids) + 1
     cut, done = cut_response(list(ids), tok.eos_token_id, tok.pad_token_id, tok, [])
     assert not done and cut == list(ids)  # no end token: truncated at max_new_tokens
+
+
+def test_logged_credit_is_minus_rows_times_the_loss_gradient(tmp_path):
+    # GRPO with one mini-batch trains at pi = pi_old, where its seq-mean-token-mean loss
+    # -(1/B) sum_b (1/n_b) sum_t ratio_bt A_bt has dLoss/dlogp_bt = -A_bt / (B n_b): credit = -B dL/dlogp = A_bt / n_b.
+    # DAPO's overlong penalty gives the tiny model's (always wrong) responses rewards that differ by length.
+    _, run_dir = run(tmp_path, None, ["train.steps=2", "train.log_samples=6", "rollout.overlong_buffer=6"])
+    samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    assert any(any(s["advantage"]) for s in samples)
+    for s in samples:
+        n = sum(s["loss_mask"])
+        assert s["credit"] == pytest.approx([a / n if m else 0.0 for a, m in zip(s["advantage"], s["loss_mask"])], abs=1e-4)
+
+
+def test_blame_precision_is_logged_on_step_checked_tasks(tmp_path):
+    summary, run_dir = run(tmp_path, None, ["rollout.overlong_buffer=6"])
+    steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    precisions = [r["credit/blame_precision"] for r in steps if "credit/blame_precision" in r]
+    assert precisions and all(0.0 <= p <= 1.0 for p in precisions)
+    assert summary["blame_precision"] == pytest.approx(sum(precisions) / len(precisions))
+    assert (summary["task"], summary["seed"]) == ("arith", 0)

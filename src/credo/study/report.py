@@ -231,19 +231,19 @@ def plot_curves(runs: dict[str, list[Run]], metric: str, path: Path, title: str)
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, panels = plt.subplots(1, 3, figsize=(17, 4.6), sharey=True)
-    colours = plt.get_cmap("tab20").colors
+    fig, panels = plt.subplots(1, 3, figsize=(17, 5), sharey=True)
+    colours = plt.get_cmap("tab10").colors
     for index, (method, method_runs) in enumerate(runs.items()):
         if not method_runs:
             continue
-        colour = colours[index % len(colours)]
+        colour, style = colours[index % len(colours)], ("-", "--", ":")[index // len(colours) % 3]
         for panel, axis in zip(panels, AXES):
             grid, estimates = mean_curve([r.curve(metric, axis) for r in method_runs])
-            panel.plot(grid, [e.mean for e in estimates], color=colour, label=method)
+            panel.plot(grid, [e.mean for e in estimates], color=colour, linestyle=style, label=method)
             if estimates[0].low is not None:
-                panel.fill_between(grid, [e.low for e in estimates], [e.high for e in estimates], color=colour, alpha=0.12)
+                panel.fill_between(grid, [e.low for e in estimates], [e.high for e in estimates], color=colour, alpha=0.07)
     for panel, label in zip(panels, AXES.values()):
-        panel.set(xlabel=label)
+        panel.set(xlabel=label, ylim=(0, 1))  # held-out accuracies; a t-interval's shading is cut at the range
         panel.grid(alpha=0.3)
     panels[0].set(ylabel=f"held-out {metric}", title=title)
     panels[-1].legend(fontsize=8, loc="lower right")
