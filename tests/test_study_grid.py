@@ -104,3 +104,13 @@ def test_a_changed_study_does_not_mix_into_old_runs(tmp_path):
     (cells[0].run_dir / "config.yaml").write_text(dump(cells[0].config).replace("lr: 0.0001", "lr: 0.0002"))
     with pytest.raises(ConfigError, match=r"was run with another config than the study now gives \(default · grpo · seed 0\)"):
         run_study(study, log=lambda _: None)
+
+
+def test_parallel_jobs_run_every_cell(tmp_path):
+    study = load_study(write_study(tmp_path))
+    lines = []
+    cells = run_study(study, jobs=2, log=lines.append)
+    assert all(cell_status(c) == "done" for c in cells) and len(lines) == 1 + len(cells)
+    for cell in cells:
+        summary = json.loads((cell.run_dir / "summary.json").read_text())
+        assert (summary["method"], summary["seed"], summary["steps"]) == (cell.config.method, cell.seed, 3)

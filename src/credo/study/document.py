@@ -49,7 +49,7 @@ def to_markdown(blocks: list[Block]) -> str:
     # R
     <BLANKLINE>
     | a | b |
-    |---|---|
+    | --- | --- |
     | 1 | 2\\|3 |
     <BLANKLINE>
     """

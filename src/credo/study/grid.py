@@ -189,7 +189,9 @@ def run_study(study: Study, *, jobs: int = 1, log: Callable[[str], None] = print
     for cell in cells:
         check_unchanged(cell)
     study.output.mkdir(parents=True, exist_ok=True)
-    resolved = study.config.model_dump(mode="json") | {"command": command} if command else study.config.model_dump(mode="json")
+    resolved = study.config.model_dump(mode="json")
+    if command:
+        resolved["command"] = command
     write_text_atomic(study.output / STUDY_FILE, _yaml(resolved))
     todo = [c for c in cells if cell_status(c) != "done"]
     log(f"{study.config.name}: {len(cells)} runs, {len(cells) - len(todo)} done, {len(todo)} to run -> {study.output}")
