@@ -16,6 +16,9 @@ from pathlib import Path
 
 from credo.io import write_text_atomic
 
+SHADES = 10
+"""Steps of colour intensity (CSS classes n0..n10 for negative credit, p0..p10 for positive)."""
+
 
 def samples_at(run_dir: Path, step: int) -> list[dict]:
     path = run_dir / "samples.jsonl"
@@ -33,12 +36,9 @@ def render_row(sample: dict) -> str:
     blamed_from = start if not sample["correct"] and start is not None and start >= 0 else None
     spans = []
     for t, (token, value) in enumerate(zip(sample["tokens"], credit)):
-        alpha = min(1.0, abs(value) / scale)
-        rgb = "220,40,40" if value < 0 else "30,150,60"
-        style = f"background:rgba({rgb},{alpha:.2f})"
-        if blamed_from is not None and t >= blamed_from:
-            style += ";text-decoration:underline;text-decoration-thickness:2px"
-        spans.append(f'<span style="{style}" title="{value:+.4f}">{html.escape(token)}</span>')
+        shade = f"{'n' if value < 0 else 'p'}{round(SHADES * min(1.0, abs(value) / scale))}"
+        blamed = " b" if blamed_from is not None and t >= blamed_from else ""
+        spans.append(f'<span class="{shade}{blamed}" title="{value:+.4f}">{html.escape(token)}</span>')
     verdict = "correct" if sample["correct"] else f"wrong from step {sample['first_wrong_step']}"
     return (f'<div class="row"><span class="meta">{html.escape(sample["prompt"])} · reward {sample["reward"]:g} · '
             f'{verdict}</span><br><code>{"".join(spans)}</code></div>')
@@ -54,8 +54,11 @@ def write_heatmap(runs_by_method: dict, path: Path, *, step: int, title: str) ->
         samples = samples_at(run.path, step)
         rows = "".join(render_row(s) for s in samples) or "<p>no samples with credit logged at this step</p>"
         sections.append(f"<h2>{html.escape(method)} <small>(seed {run.seed})</small></h2>{rows}")
+    shades = "".join(f".n{i}{{background:rgba(220,40,40,{i / SHADES:.1f})}}.p{i}{{background:rgba(30,150,60,{i / SHADES:.1f})}}"
+                     for i in range(SHADES + 1))
     style = ("body{font-family:sans-serif;max-width:1300px;margin:2em auto}code{font-size:15px;white-space:pre}"
-             ".row{margin:6px 0}.meta{color:#555;font-size:12px}")
+             ".row{margin:6px 0}.meta{color:#555;font-size:12px}.b{text-decoration:underline;text-decoration-thickness:2px}"
+             + shades)
     legend = ("<p>Credit of a token = −rows · dLoss/dlogp of its mini-batch (summed over the step's updates): red pushes the "
               "token down, green up, shade relative to the row's largest |credit|. Underlined: a failed response's "
               "tokens from its first wrong step on (where perfect blame would fall). Hover a token for its value.</p>")
