@@ -312,3 +312,11 @@ def test_hard_configs_are_their_method_in_the_hard_regime(path):
     assert (config.task["min_steps"], config.task["max_steps"], config.task["min_misconception_steps"]) == (5, 6, 3)
     assert config.task["noise"]["misconceptions"] == {"carry": -10, "borrow": 10, "mul7": 10}
     assert config.model.testbed["task"]["noise"] == config.task["noise"]  # the model learned what the checker knows
+
+
+def test_the_nocancel_regime_lays_over_a_hard_config(tmp_path):
+    path = write(tmp_path, f"base: [{HARD[0].parent}/grpo.yaml, {HARD[0].parent}/regime_nocancel.yaml]\n")
+    config = load_config(path)
+    noise = {"misconceptions": {"carry": -10, "borrow": -10, "mul7": -10}, "offsets_may_cancel": False}
+    assert config.task["noise"] == noise and config.model.testbed["task"]["noise"] == noise
+    assert config.task["min_misconception_steps"] == 3

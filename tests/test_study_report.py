@@ -79,7 +79,7 @@ def test_findings_say_better_worse_and_the_share(study_dir):
     assert "The yardstick `oracle_blame` beats `grpo`" in text
     assert "share of the oracle's gain 0.50 [0.50 to 0.50]" in text
     assert "credo compare synthetic.yaml" in text
-    for name in ("default_greedy_pass_at_1.png", "default_pass_at_1.png", "default_pass_at_4.png"):
+    for name in ("default_greedy_pass_at_1.png", "default_pass_at_1.png", "default_pass_at_4.png", "default_area_vs_grpo.png"):
         assert (study_dir / "plots" / name).stat().st_size > 5000
     page = (study_dir / "credit_default.html").read_text()
     assert page.count("<h2>") == len(CURVES) and page.count('class="n10 b"') == len(CURVES) and 'title="-0.4000"' in page

@@ -256,6 +256,36 @@ def plot_curves(runs: dict[str, list[Run]], metric: str, path: Path, title: str)
     return path
 
 
+def plot_differences(result: DifficultyResult, baseline: str, path: Path, title: str) -> Path | None:
+    """A forest plot: each method's paired difference of the area to the baseline's, with its 95% interval."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in result.rows if r.auc_vs_baseline is not None]
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 0.9 + 0.32 * len(rows)))
+    for y, row in enumerate(reversed(rows)):
+        d = row.auc_vs_baseline
+        low, high = (d.low, d.high) if d.low is not None else (d.mean, d.mean)
+        colour = "tab:green" if low > 0 else "tab:red" if high < 0 else "tab:gray"
+        ax.errorbar(d.mean, y, xerr=[[d.mean - low], [high - d.mean]], fmt="o", color=colour, capsize=3)
+    ax.axvline(0, color="black", linewidth=0.8)
+    ax.set_yticks(range(len(rows)), [r.method for r in reversed(rows)])
+    ax.set(xlabel=f"paired difference of the area to {baseline}'s (≤{_tokens(result.budget)} rollout tokens, 95% interval)",
+           title=title)
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    tmp.replace(path)
+    return path
+
+
 def write_report(directory: str | Path, output: str | Path | None = None, *, html: bool = False) -> Path:
     """Write `report.md` (and `report.html`), `report.json`, plots and credit heatmaps; returns the Markdown path.
 
@@ -285,6 +315,9 @@ def write_report(directory: str | Path, output: str | Path | None = None, *, htm
         if missing:
             blocks.append(Paragraph(f"Unfinished (finished seeds / all): {', '.join(missing)}."))
         blocks += [table(result, report), Heading("Findings", 3), Bullets(tuple(findings(result, report)))]
+        forest = f"plots/{difficulty}_area_vs_{report.baseline}.png"
+        if plot_differences(result, report.baseline, out / forest, f"{study['name']} · {difficulty}"):
+            blocks.append(Image(forest, f"paired difference of the area to {report.baseline}'s"))
         metrics = [result.metric] + [k for k in ("pass@1", _largest_pass_k(by_method)) if k and k != result.metric]
         for metric in metrics:
             name = f"plots/{difficulty}_{metric.replace('@', '_at_')}.png"
