@@ -34,11 +34,18 @@ def learning_curve(records: list[dict], path: Path, *, title: str) -> Path:
     right.set(xlabel="step (rollout batches)", ylabel="training reward", title="training reward")
     right.grid(alpha=0.3)
     right.legend()
+    return save_figure(fig, path, dpi=110)
+
+
+def save_figure(fig, path: Path, *, dpi: int = 100) -> Path:
+    """Write a matplotlib figure as PNG atomically (temp file, then rename) and close it."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".png")
     os.close(fd)
-    fig.savefig(tmp, dpi=110)
+    fig.savefig(tmp, dpi=dpi)
     plt.close(fig)
     os.replace(tmp, path)
     return path

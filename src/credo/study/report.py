@@ -22,6 +22,7 @@ from pathlib import Path
 import yaml
 
 from credo.io import write_json_atomic, write_text_atomic
+from credo.plots import save_figure
 from credo.study.curves import Curve, Estimate, Share, area, first_crossing, mean_curve, mean_interval, share_of_gain
 from credo.study.document import Block, Bullets, Code, Heading, Image, Paragraph, Table, to_html, to_markdown
 from credo.study.grid import STUDY_FILE, ReportConfig
@@ -247,13 +248,7 @@ def plot_curves(runs: dict[str, list[Run]], metric: str, path: Path, title: str)
         panel.grid(alpha=0.3)
     panels[0].set(ylabel=f"held-out {metric}", title=title)
     panels[-1].legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    tmp.replace(path)
-    return path
+    return save_figure(fig, path)
 
 
 def plot_differences(result: DifficultyResult, baseline: str, path: Path, title: str) -> Path | None:
@@ -277,13 +272,7 @@ def plot_differences(result: DifficultyResult, baseline: str, path: Path, title:
     ax.set(xlabel=f"paired difference of the area to {baseline}'s (≤{_tokens(result.budget)} rollout tokens, 95% interval)",
            title=title)
     ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    tmp.replace(path)
-    return path
+    return save_figure(fig, path)
 
 
 def write_report(directory: str | Path, output: str | Path | None = None, *, html: bool = False) -> Path:
