@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from credo.io import atomic_directory, write_json_atomic, write_text_atomic
+from credo.io import atomic_directory, read_jsonl, write_json_atomic, write_text_atomic
 
 
 @dataclass
@@ -61,10 +61,7 @@ class RunDirectory:
         return SummaryWriter(str(self.root / "tensorboard"))
 
     def records(self, path: Path | None = None) -> list[dict]:
-        path = path or self.metrics_file
-        if not path.exists():
-            return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return read_jsonl(path or self.metrics_file)
 
     def truncate(self, step: int) -> None:
         """Drop records after `step` (a killed run may have logged past its last checkpoint)."""

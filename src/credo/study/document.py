@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import dataclass
 
 
@@ -97,8 +98,6 @@ def to_html(blocks: list[Block], title: str) -> str:
 
 def _inline(text: str) -> str:
     """Escaped text with Markdown's `code` spans and [links](target) kept."""
-    import re
-
     escaped = html.escape(text)
     escaped = re.sub(r"`([^`]+)`", r"<code>\1</code>", escaped)
     return re.sub(r"\[([^\]]+)\]\(([^)]+)\)", r'<a href="\2">\1</a>', escaped)

@@ -90,6 +90,11 @@ class StudyConfig(Strict):
         return seeds
 
 
+def run_path(output: Path, difficulty: str, method: str, seed: int) -> Path:
+    """Where a cell's run lives: `<output>/<difficulty>/<method>/seed<k>`."""
+    return output / difficulty / method / f"seed{seed}"
+
+
 @dataclass(frozen=True)
 class Cell:
     difficulty: str
@@ -121,7 +126,7 @@ class Study:
                 for seed in self.config.seeds:
                     where = f"{self.config.name}: method {method}, difficulty {difficulty}, seed {seed}"
                     config = validate(deep_merge(data, {"train": {"seed": seed}}), where)
-                    out.append(Cell(difficulty, method, seed, config, self.output / difficulty / method / f"seed{seed}"))
+                    out.append(Cell(difficulty, method, seed, config, run_path(self.output, difficulty, method, seed)))
         return out
 
 

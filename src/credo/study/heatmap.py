@@ -11,21 +11,16 @@ by credit.
 from __future__ import annotations
 
 import html
-import json
 from pathlib import Path
 
-from credo.io import write_text_atomic
+from credo.io import read_jsonl, write_text_atomic
 
 SHADES = 10
 """Steps of colour intensity (CSS classes n0..n10 for negative credit, p0..p10 for positive)."""
 
 
 def samples_at(run_dir: Path, step: int) -> list[dict]:
-    path = run_dir / "samples.jsonl"
-    if not path.exists():
-        return []
-    records = (json.loads(line) for line in path.read_text().splitlines() if line.strip())
-    return [r for r in records if r["step"] == step and "credit" in r]
+    return [r for r in read_jsonl(run_dir / "samples.jsonl") if r["step"] == step and "credit" in r]
 
 
 def render_row(sample: dict) -> str:

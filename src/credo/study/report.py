@@ -21,11 +21,11 @@ from pathlib import Path
 
 import yaml
 
-from credo.io import write_json_atomic, write_text_atomic
+from credo.io import read_jsonl, write_json_atomic, write_text_atomic
 from credo.plots import save_figure
 from credo.study.curves import Curve, Estimate, Share, area, first_crossing, mean_curve, mean_interval, share_of_gain
 from credo.study.document import Block, Bullets, Code, Heading, Image, Paragraph, Table, to_html, to_markdown
-from credo.study.grid import STUDY_FILE, ReportConfig
+from credo.study.grid import STUDY_FILE, ReportConfig, run_path
 from credo.study.heatmap import write_heatmap
 
 AXES = {"step": "optimiser steps (rollout batches)", "rollout_tokens": "rollout tokens generated", "wall_s": "wall time (s)"}
@@ -59,9 +59,9 @@ def load_runs(directory: Path) -> tuple[dict, dict[str, dict[str, list[Run]]]]:
         for method in study["methods"]:
             runs = []
             for seed in study["seeds"]:
-                path = directory / difficulty / method / f"seed{seed}"
+                path = run_path(directory, difficulty, method, seed)
                 if (path / "summary.json").exists():
-                    records = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines() if line.strip()]
+                    records = read_jsonl(path / "metrics.jsonl")
                     runs.append(Run(method, seed, path, [r for r in records if "eval" in r],
                                     json.loads((path / "summary.json").read_text())))
             out[difficulty][method] = runs

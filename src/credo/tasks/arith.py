@@ -210,8 +210,8 @@ class ArithConfig(BaseModel):
                 f"(max_steps {self.max_steps}, eval_steps {list(self.eval_steps)}): no chain could pass the filter"
             )
         longest = max(self.max_steps, *self.eval_steps)
-        cancelling = cancelling_offsets(self.noise.misconceptions, longest)
-        if not self.noise.offsets_may_cancel and cancelling:
+        cancelling = None if self.noise.offsets_may_cancel else cancelling_offsets(self.noise.misconceptions, longest)
+        if cancelling:
             raise ValueError(
                 f"noise.offsets_may_cancel = false, but the misconceptions {' + '.join(cancelling)} can cancel "
                 f"within {longest} steps (their offsets sum to 0 mod {MODULUS}); choose offsets of one sign whose "
