@@ -150,9 +150,9 @@ def compare(
     try:
         spec = load_study(study, output)
         run_study(spec, jobs=jobs, log=console.print, command=" ".join(["credo", *sys.argv[1:]]))
+        path = write_report(spec.output, html=html)
     except (ConfigError, FileExistsError, FileNotFoundError, ValueError) as error:
         _fail(error)
-    path = write_report(spec.output, html=html)
     console.print(f"report: {path}")
 
 
