@@ -1,4 +1,11 @@
-"""Loading the policy: the built-in testbed model or any Hugging Face causal-LM directory, optionally LoRA."""
+"""Loading the policy: the testbed, a bundled preset, a GGUF file or a Hugging Face directory; optionally LoRA.
+
+`model.path` is one of
+- "testbed": the built-in testbed model (built and cached on first use, `credo.testbed`);
+- a preset name such as "smollm2-135m" (`credo.gguf.PRESETS`): weights shipped in a pip package;
+- a `.gguf` file, dequantised once into a cached model directory (`credo.gguf`);
+- a Hugging Face causal-LM directory (saved with `save_pretrained`).
+"""
 
 from __future__ import annotations
 
@@ -7,19 +14,25 @@ from pathlib import Path
 import torch
 
 from credo.config import ModelConfig
+from credo.extras import require
+from credo.gguf import PRESETS, converted_directory, preset_file
 
 
 def resolve_model_path(config: ModelConfig) -> Path:
-    """The model directory for `config.path` ("testbed": build or find the cached testbed model)."""
+    """The model directory for `config.path`, building or converting (once, cached) where needed."""
     if config.path == "testbed":
         from credo.testbed import TestbedConfig, build_testbed
 
         return build_testbed(TestbedConfig(**config.testbed))
+    if config.path in PRESETS:
+        return converted_directory(preset_file(config.path))
     path = Path(config.path).expanduser()
+    if path.suffix == ".gguf":
+        return converted_directory(path)
     if not (path / "config.json").exists():
         raise FileNotFoundError(
-            f"model.path = {config.path!r}: not a Hugging Face model directory (no config.json there); "
-            "give a directory saved with save_pretrained, or 'testbed'"
+            f"model.path = {config.path!r}: not a Hugging Face model directory (no config.json there); give a "
+            f"directory saved with save_pretrained, a .gguf file, 'testbed' or a preset ({', '.join(PRESETS)})"
         )
     return path
 
@@ -45,13 +58,11 @@ def load_model(config: ModelConfig, device: torch.device):
         kwargs["attn_implementation"] = attention
     model = AutoModelForCausalLM.from_pretrained(path, **kwargs).to(device)
     if config.lora is not None:
-        from peft import LoraConfig as PeftLoraConfig
-        from peft import get_peft_model
-
+        peft = require("peft", "lora", "model.lora (LoRA adapters)")
         lora = config.lora
-        model = get_peft_model(
+        model = peft.get_peft_model(
             model,
-            PeftLoraConfig(
+            peft.LoraConfig(
                 r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
                 target_modules=lora.target_modules, task_type="CAUSAL_LM",
             ),
