@@ -119,7 +119,7 @@ def test_override_syntax_errors(tmp_path):
     ("override", "key", "allowed"),
     [
         ("optim.lrr=1", "optim.lrr", "lr, weight_decay, betas, grad_clip, warmup_steps, schedule, minibatches"),
-        ("rollout.foo=1", "rollout.foo", "prompts_per_step, group_size, max_new_tokens, temperature, top_p"),
+        ("rollout.foo=1", "rollout.foo", "backend, vllm, prompts_per_step, group_size, max_new_tokens, temperature, top_p"),
         ("foo=1", "foo", "method, credit, loss, model, task, rollout, optim, train, eval"),
         ("model.foo=1", "model.foo", "path, testbed, dtype, autocast_bf16, attn_implementation, lora"),
         ("eval.sample=4", "eval.sample", "greedy, samples, ks, temperature, max_problems"),
@@ -180,7 +180,7 @@ def test_unknown_method_and_switches():
 
 
 def test_unknown_task_and_task_options():
-    assert "  task: unknown task 'arithm'; valid names: arith, jsonl" in config_error(["task.name=arithm"])
+    assert "  task: unknown task 'arithm'; valid names: arith, jsonl, reasoning_gym:<dataset>" in config_error(["task.name=arithm"])
     message = config_error(["task.max_stepz=4"])
     assert re.search(r"task: max_stepz: unknown key; allowed: name, min_steps, max_steps, .*noise", message), message
     assert "task: noise.p_misc: Input should be less than or equal to 1" in config_error(["task.noise.p_misc=2"])

@@ -189,7 +189,7 @@ def test_train_stream_epochs(tmp_path):
 
 
 def test_config_validation():
-    with pytest.raises(ValueError, match=r"(?s)match.*'auto', 'boxed' or 'last_number'"):
+    with pytest.raises(ValueError, match=r"(?s)match.*'auto', 'boxed', 'last_number' or 'math'"):
         JsonlConfig(path="x", match="regex")
     with pytest.raises(ValueError, match=r"(?s)eval_fraction.*less than 1"):
         JsonlConfig(path="x", eval_fraction=1.0)

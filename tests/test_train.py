@@ -84,9 +84,10 @@ def test_resume_after_sigkill_matches_uninterrupted_run(tmp_path, method):
     assert resumed["rollout_tokens"] == straight["rollout_tokens"]
 
 
-def test_micro_batches_give_the_same_update(tmp_path):
+@pytest.mark.parametrize("limit", ["optim.micro_batch_size=1", "optim.micro_batch_tokens=60"])
+def test_micro_batches_give_the_same_update(tmp_path, limit):
     whole, _ = run(tmp_path, None, ["train.steps=2"], name="whole")
-    micro, _ = run(tmp_path, None, ["train.steps=2", "optim.micro_batch_size=1"], name="micro")
+    micro, _ = run(tmp_path, None, ["train.steps=2", limit], name="micro")
     a = json.loads((tmp_path / "whole" / "metrics.jsonl").read_text().splitlines()[2])
     b = json.loads((tmp_path / "micro" / "metrics.jsonl").read_text().splitlines()[2])
     assert a["reward/mean"] == b["reward/mean"]  # same rollouts after one identical update

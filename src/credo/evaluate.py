@@ -63,32 +63,29 @@ def _mean(rows: list[dict[str, float]]) -> dict:
     return {key: sum(r[key] for r in rows) / len(rows) for key in keys}
 
 
-def evaluate_policy(model, tokenizer, task, problems, config, *, max_new_tokens: int, seed: int) -> dict:
+def evaluate_policy(backend, task, problems, config, *, max_new_tokens: int, seed: int) -> dict:
     """Greedy pass@1 and pass@k / avg@n from `config.samples` samples per problem, overall and per difficulty.
 
+    Responses come from the run's generation backend (`credo.rollout.generate.TransformersBackend` or vLLM).
     Sampling runs under its own seed (the training RNG stream is left untouched), so evaluations of
     different runs and methods see the same sampling noise.
     """
     import torch
 
-    from credo.rollout.generate import encode_prompts, generate
+    from credo.rollout.generate import encode_prompts
 
-    was_training = model.training
-    model.eval()
-    prompts = encode_prompts(tokenizer, [p.prompt for p in problems])
+    prompts = encode_prompts(backend.tokenizer, [p.prompt for p in problems])
     greedy = samples = None
     with torch.random.fork_rng(devices=[torch.cuda.current_device()] if torch.cuda.is_available() else []):
         torch.manual_seed(seed)
         if config.greedy:
-            out = generate(model, tokenizer, prompts, max_new_tokens=max_new_tokens, greedy=True)
+            out = backend.generate(prompts, max_new_tokens=max_new_tokens, greedy=True)
             greedy = [task.verify(p, text).correct for p, text in zip(problems, out.texts)]
         if config.samples:
             n = config.samples
-            out = generate(model, tokenizer, prompts, max_new_tokens=max_new_tokens,
-                           temperature=config.temperature, repeat=n)
+            out = backend.generate(prompts, max_new_tokens=max_new_tokens, temperature=config.temperature, repeat=n)
             flat = [task.verify(p, text).correct for p, text in zip((p for p in problems for _ in range(n)), out.texts)]
             samples = [flat[i * n : (i + 1) * n] for i in range(len(problems))]
-    model.train(was_training)
     return summarise([p.difficulty for p in problems], greedy, samples, config.ks)
 
 

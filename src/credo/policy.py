@@ -31,9 +31,21 @@ def policy_logprobs(
     """(B, T) log-probs of the response tokens under `model` at `temperature` (and entropies).
 
     The decoder runs once over prompt + response; the LM head is applied in chunks of `chunk_tokens`
-    (`credo.logprobs.token_logprobs`), so the (B, T, V) logits never exist in full. Values at padding are
-    those of the pad token (finite) and must be masked by the caller.
+    (`credo.logprobs.token_logprobs`), so the (B, T, V) logits never exist in full. Columns that are padding
+    in every row (left of the longest prompt, right of the longest response) are left out of the pass.
+    Values at padding are finite (those of the pad token, or 0 in the left-out columns) and must be masked
+    by the caller.
     """
+    first = int(prompt_mask.any(dim=0).int().argmax())  # the first prompt column any row uses
+    width = int(response_mask.any(dim=0).nonzero().max()) + 1 if bool(response_mask.any()) else 1
+    T = response_ids.shape[1]
+    if first > 0 or width < T:
+        logp, entropy = policy_logprobs(
+            model, prompt_ids[:, first:], prompt_mask[:, first:], response_ids[:, :width], response_mask[:, :width],
+            temperature=temperature, chunk_tokens=chunk_tokens, with_entropy=with_entropy, autocast=autocast,
+        )
+        pad = (0, T - width)
+        return torch.nn.functional.pad(logp, pad), None if entropy is None else torch.nn.functional.pad(entropy, pad)
     input_ids, attention, positions = sequence_inputs(prompt_ids, prompt_mask, response_ids, response_mask)
     P = prompt_ids.shape[1]
     with torch.autocast(device_type=input_ids.device.type, dtype=torch.bfloat16, enabled=autocast):

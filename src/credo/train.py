@@ -23,10 +23,11 @@ from credo.diagnostics import blame_precision
 from credo.evaluate import eval_subset, evaluate_policy
 from credo.io import atomic_directory, write_json_atomic, write_text_atomic
 from credo.methods import Method, get_method
-from credo.models import export_model, load_model
+from credo.microbatch import micro_batches
+from credo.models import export_model, load_model, resolve_model_path
 from credo.policy import policy_logprobs
 from credo.progress import TrainProgress
-from credo.rollout.generate import TransformersBackend
+from credo.rollout.backends import make_backend
 from credo.rollout.groups import ProblemStream, Rollout, sample_groups
 from credo.rollout.reset_plan import SPLITS
 from credo.rollout.resets import sample_resets
@@ -50,7 +51,8 @@ class Trainer:
     scheduler: torch.optim.lr_scheduler.LambdaLR
     device: torch.device
     autocast: bool
-    backend: TransformersBackend
+    backend: object
+    """The generation backend (`credo.rollout.backends.make_backend`)."""
 
 
 def train(config: RunConfig, run_dir, *, resume: bool = False, show_progress: bool = True) -> dict:
@@ -71,6 +73,7 @@ def train(config: RunConfig, run_dir, *, resume: bool = False, show_progress: bo
             batch, credit_metrics = trainer.method.credit(batch)
             scored = time.perf_counter()
             update_metrics, credit = update(trainer, batch, state)
+            trainer.backend.sync_weights()
             state.step += 1
             state.data_position = stream.position
             state.rollout_tokens += rollout.generated_tokens
@@ -122,8 +125,7 @@ def build_trainer(config: RunConfig, run: RunDirectory) -> Trainer:
     autocast = config.model.autocast_bf16
     if autocast is None:
         autocast = device.type == "cuda" and torch.cuda.is_bf16_supported()
-    backend = TransformersBackend(model, tokenizer, batch_size=config.rollout.generation_batch_size,
-                                  stop=config.rollout.stop)
+    backend = make_backend(config.rollout, model, tokenizer, resolve_model_path(config.model), seed=config.train.seed)
     return Trainer(config, run, method, task, model, tokenizer, optimizer, scheduler, device, autocast, backend)
 
 
@@ -142,6 +144,7 @@ def start_or_resume(trainer: Trainer, resume: bool) -> TrainState:
         if checkpoint is None:
             raise FileNotFoundError(f"--resume: {run.root} has no checkpoint to resume from")
         state = load_checkpoint(checkpoint, trainer.model, trainer.optimizer, trainer.scheduler)
+        trainer.backend.sync_weights()
         run.truncate(state.step)
         return state
     if run.metrics_file.exists() or run.latest_checkpoint() is not None:
@@ -166,18 +169,19 @@ def sample_rollout(trainer: Trainer, stream: ProblemStream) -> Rollout:
 def score(trainer: Trainer, rollout: Rollout) -> RolloutBatch:
     """The rollout as a batch, with the behaviour policy's log-probs and entropies (computed once, no grad)."""
     c = rollout.completions
-    batch_rows = trainer.config.optim.micro_batch_size or len(rollout.problems)
-    logps, entropies = [], []
+    optim = trainer.config.optim
+    old_logp = torch.zeros(c.response_ids.shape, device=trainer.device)
+    entropy = torch.zeros(c.response_ids.shape, device=trainer.device)
     with torch.no_grad():
-        for start in range(0, len(rollout.problems), batch_rows):
-            rows = slice(start, start + batch_rows)
-            logp, entropy = policy_logprobs(
+        for rows in micro_batches(c.prompt_mask, c.response_mask, max_rows=optim.micro_batch_size,
+                                  max_tokens=optim.micro_batch_tokens):
+            logp, part_entropy = policy_logprobs(
                 trainer.model, *(t[rows].to(trainer.device) for t in (c.prompt_ids, c.prompt_mask, c.response_ids, c.response_mask)),
                 temperature=trainer.config.rollout.temperature, chunk_tokens=trainer.config.train.logprob_chunk,
                 with_entropy=True, autocast=trainer.autocast,
             )
-            logps.append(logp.float())
-            entropies.append(entropy.float().clamp(min=0))
+            old_logp[rows.to(trainer.device)] = logp.float()
+            entropy[rows.to(trainer.device)] = part_entropy.float().clamp(min=0)
     mask = c.response_mask.to(trainer.device)
     blame = None
     if trainer.task.checks_steps:
@@ -192,8 +196,8 @@ def score(trainer: Trainer, rollout: Rollout) -> RolloutBatch:
         response_mask=mask,
         group_id=rollout.group_id.to(trainer.device),
         rewards=rollout.rewards.to(trainer.device),
-        old_logp=torch.where(mask, torch.cat(logps), 0.0),
-        entropy=torch.where(mask, torch.cat(entropies), 0.0),
+        old_logp=torch.where(mask, old_logp, 0.0),
+        entropy=torch.where(mask, entropy, 0.0),
         correct=torch.tensor([v.correct for v in rollout.verdicts], device=trainer.device),
         prompt_ids=c.prompt_ids.to(trainer.device),
         prompt_mask=c.prompt_mask.to(trainer.device),
@@ -237,12 +241,13 @@ def optimiser_step(trainer: Trainer, minibatch: RolloutBatch, state: TrainState)
     """
     config = trainer.config
     denominators = trainer.method.loss.normalisers(minibatch.loss_mask)
-    micro = config.optim.micro_batch_size or minibatch.size
     metrics: dict[str, float] = {}
     credit = torch.zeros_like(minibatch.old_logp)  # (rows, T)
     finite = True
-    for start in range(0, minibatch.size, micro):
-        part = minibatch.select(slice(start, start + micro))
+    for rows in micro_batches(minibatch.prompt_mask, minibatch.response_mask, max_rows=config.optim.micro_batch_size,
+                              max_tokens=config.optim.micro_batch_tokens):
+        rows = rows.to(minibatch.response_ids.device)
+        part = minibatch.select(rows)
         logp, _ = policy_logprobs(
             trainer.model, part.prompt_ids, part.prompt_mask, part.response_ids, part.response_mask,
             temperature=config.rollout.temperature, chunk_tokens=config.train.logprob_chunk, autocast=trainer.autocast,
@@ -255,7 +260,7 @@ def optimiser_step(trainer: Trainer, minibatch: RolloutBatch, state: TrainState)
             break
         out.loss.backward()
         if logp.grad is not None:
-            credit[start : start + micro] = -minibatch.size * logp.grad
+            credit[rows] = -minibatch.size * logp.grad
         weight = part.size / minibatch.size
         for key, value in out.metrics.items():
             metrics[key] = metrics.get(key, 0.0) + weight * value
@@ -336,7 +341,7 @@ def log_samples(trainer: Trainer, step: int, rollout: Rollout, batch: RolloutBat
 def record_eval(trainer: Trainer, problems, state: TrainState) -> dict:
     config = trainer.config
     result = evaluate_policy(
-        trainer.model, trainer.tokenizer, trainer.task, problems, config.eval,
+        trainer.backend, trainer.task, problems, config.eval,
         max_new_tokens=config.rollout.max_new_tokens, seed=config.train.seed + 1_000_003 * (state.step + 1),
     )
     trainer.run.append(trainer.run.metrics_file, {

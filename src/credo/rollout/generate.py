@@ -154,7 +154,8 @@ class TransformersBackend:
     """The generation backend the samplers call: a transformers model and its tokenizer.
 
     Samplers only need `tokenizer` and `generate(prompts, ...)`, so a scripted policy (tests) or another
-    engine can stand in for it.
+    engine (`credo.rollout.vllm_backend.VllmBackend`) can stand in for it. The model samples in eval mode
+    (no dropout) and is put back in the mode it was in.
     """
 
     def __init__(self, model, tokenizer, *, batch_size: int = 256, stop: list[str] | None = None) -> None:
@@ -162,7 +163,15 @@ class TransformersBackend:
 
     def generate(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 1.0,
                  top_p: float = 1.0, greedy: bool = False, repeat: int = 1) -> Completions:
-        return generate(
-            self.model, self.tokenizer, prompts, max_new_tokens=max_new_tokens, temperature=temperature,
-            top_p=top_p, greedy=greedy, stop=self.stop, batch_size=self.batch_size, repeat=repeat,
-        )
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            return generate(
+                self.model, self.tokenizer, prompts, max_new_tokens=max_new_tokens, temperature=temperature,
+                top_p=top_p, greedy=greedy, stop=self.stop, batch_size=self.batch_size, repeat=repeat,
+            )
+        finally:
+            self.model.train(was_training)
+
+    def sync_weights(self) -> None:
+        """Nothing to do: this backend samples from the policy itself."""

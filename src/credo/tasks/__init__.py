@@ -1,14 +1,18 @@
 """Tasks: prompts with ground truth, verifiers, and step checkers where the task has them."""
 
 from credo.tasks.arith import ArithConfig, ArithTask
-from credo.tasks.base import TASKS, THOUGHT_END, THOUGHT_INSTRUCTION, Problem, Task, Verdict
+from credo.tasks.base import TASKS, THOUGHT_END, THOUGHT_INSTRUCTION, Problem, Task, Verdict, task_class, task_names
 from credo.tasks.jsonl import JsonlConfig, JsonlTask
+from credo.tasks.reasoning_gym import ReasoningGymConfig, ReasoningGymTask
 
 
 def build_task(options: dict) -> Task:
-    """The task named by `options["name"]`, configured by the rest of `options`."""
-    cls = TASKS.get(options.get("name", ""))
+    """The task named by `options["name"]` ("arith", "reasoning_gym:chain_sum", ...), configured by the rest."""
+    cls = task_class(options.get("name", ""))
     return cls(cls.Config(**options))
 
 
-__all__ = ["TASKS", "THOUGHT_END", "THOUGHT_INSTRUCTION", "ArithConfig", "ArithTask", "JsonlConfig", "JsonlTask", "Problem", "Task", "Verdict", "build_task"]
+__all__ = [
+    "TASKS", "THOUGHT_END", "THOUGHT_INSTRUCTION", "ArithConfig", "ArithTask", "JsonlConfig", "JsonlTask", "Problem",
+    "ReasoningGymConfig", "ReasoningGymTask", "Task", "Verdict", "build_task", "task_class", "task_names",
+]

@@ -4,6 +4,10 @@ A task hands the trainer `Problem`s (a user message, its answer, a difficulty bu
 response with `verify`, which returns a `Verdict`: a reward in [0, 1], a boolean `correct`, and, for
 tasks that check steps, the index of the first wrong thought (0-based; thoughts are separated by the
 `</thought>` delimiter). Tasks are registered by name in `TASKS`.
+
+A registered class may stand for a family of tasks: one that sets `variant` (e.g. "dataset") is named
+"family:<variant>" in configs (`reasoning_gym:chain_sum`). `task_class(name)` resolves either form; look task
+classes up through it, never with `TASKS.get` directly.
 """
 
 from __future__ import annotations
@@ -65,3 +69,29 @@ class Task(Protocol):
 
 
 TASKS: Registry[type] = Registry("task")
+
+
+def task_names() -> list[str]:
+    """The names a config may give: plain tasks as registered, families as "family:<variant>"."""
+    names = []
+    for name in TASKS:
+        variant = getattr(TASKS.get(name), "variant", None)
+        names.append(f"{name}:<{variant}>" if variant else name)
+    return names
+
+
+def task_class(name: str) -> type:
+    """The task class a config's `task.name` selects: "arith", or "reasoning_gym:chain_sum" for the
+    "reasoning_gym" family (a registered class with a `variant`, which its config reads from the name)."""
+    if not isinstance(name, str):
+        raise ValueError(f"task name must be a string, got {name!r}")
+    family, colon, rest = name.partition(":")
+    if family not in TASKS:
+        raise ValueError(f"unknown task {name!r}; valid names: {', '.join(task_names())}")
+    cls = TASKS.get(family)
+    variant = getattr(cls, "variant", None)
+    if variant and not rest.strip():
+        raise ValueError(f"task {name!r} needs a {variant}: {family}:<{variant}>")
+    if colon and not variant:
+        raise ValueError(f"task {family!r} takes no ':' suffix (got {name!r})")
+    return cls

@@ -3,8 +3,11 @@
 The answer of a response is the content of its last `\\boxed{...}` (`match: boxed`), its last number
 (`match: last_number`), or the boxed content when there is one and else the last number (`auto`). It is
 correct when it equals the ground truth as a number (when both parse as numbers) or as a whitespace-trimmed
-string. An optional `difficulty` field buckets the evaluation. A malformed line is an error that names the
-file and the line.
+string. `match: math` instead grades the whole response with math-verify (`credo.tasks.math_grading`):
+its answer (the `\\boxed{...}` content, else the last LaTeX or plain expression) is correct when it equals
+the ground truth mathematically ("\\frac{1}{2}" = "0.5", "2\\sqrt{2}" = "\\sqrt{8}", "x = 3" = "3"); this
+needs the optional package math-verify (`pip install 'credo[tasks]'`). An optional `difficulty` field
+buckets the evaluation. A malformed line is an error that names the file and the line.
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from credo.extras import require
 from credo.tasks.base import TASKS, Problem, Verdict
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
@@ -32,10 +36,17 @@ class JsonlConfig(BaseModel):
     eval_path: str | None = None
     """Held-out problems; None: hold out `eval_fraction` of `path` (a seeded split)."""
     eval_fraction: float = Field(0.1, gt=0.0, lt=1.0)
-    match: Literal["auto", "boxed", "last_number"] = "auto"
+    match: Literal["auto", "boxed", "last_number", "math"] = "auto"
+    """How a response's answer is found and compared (see the module docstring); "math": math-verify."""
     instruction: str | None = None
     """Appended to every prompt (after a blank line), e.g. `credo.tasks.THOUGHT_INSTRUCTION` for the thought
     MDP of RRPO/SRPO: one step per thought, each closed by `</thought>`, the final answer boxed."""
+
+    @model_validator(mode="after")
+    def _math_verify_installed(self) -> JsonlConfig:
+        if self.match == "math":
+            require("math_verify", "tasks", "match: math (math-verify grading)")
+        return self
 
 
 def read_problems(path: str | Path) -> list[Problem]:
@@ -130,6 +141,11 @@ class JsonlTask:
         return [self._with_instruction(p) for p in self.held_out]
 
     def verify(self, problem: Problem, response: str) -> Verdict:
+        if self.config.match == "math":
+            from credo.tasks.math_grading import grade_math
+
+            correct = grade_math(response, problem.answer)
+            return Verdict(reward=float(correct), correct=correct)
         given = extract_answer(response, self.config.match)
         correct = given is not None and answers_equal(given, problem.answer)
         return Verdict(reward=float(correct), correct=correct)

@@ -1,0 +1,259 @@
+"""reasoning-gym tasks: `task.name: "reasoning_gym:<dataset>"`, any of its procedural datasets, graded by its scorers.
+
+The training problems are `size` items of the dataset generated with `seed` (on first use); the held-out
+problems are the first `eval_size` items generated with a derived seed (`(seed + 2**31) % 2**32`) whose
+question is neither in the training set nor a repeat (up to `EVAL_CHUNKS` batches are drawn to make up for
+those removed), so the model never trains on an eval question. `config` is passed to
+`reasoning_gym.create_dataset(dataset, size=..., seed=..., **config)`: the dataset's own options. Validating
+the config builds the dataset object and one problem, not the whole set.
+
+A response's answer is the content of its last `<answer>...</answer>` (reasoning-gym's own extractor), else
+of its last `\\boxed{...}`; the dataset's `score_answer(answer, entry)` scores it (clamped to [0, 1]; a
+scorer that raises scores 0). The reward is that score (partial credit where the dataset gives it), or with
+`binary_reward` 1/0; a response is `correct` when its score reaches `correct_threshold`. No answer: 0.
+
+`bucket_by` names keys of the entries' `metadata["difficulty"]` for the eval's difficulty buckets, e.g.
+`["num_terms"]` gives "num_terms=3"; a key the entry's metadata also holds on its own is that problem's value
+(chain_sum's "num_terms" is 3 for a 3-term sum, while `metadata["difficulty"]["num_terms"]` is the dataset's
+range), else the difficulty mapping's value.
+
+reasoning-gym is an optional package (`pip install 'credo[tasks]'`), imported only when such a task is used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import logging
+import math
+import random
+from collections.abc import Iterator
+from types import ModuleType
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from credo.extras import require
+from credo.tasks.base import TASKS, Problem, Verdict
+from credo.tasks.jsonl import _last_boxed
+
+log = logging.getLogger(__name__)
+
+FAMILY = "reasoning_gym"
+
+DEFAULT_INSTRUCTION = (
+    "Think step by step, then give the final answer in this format: <answer>answer here</answer>. "
+    "Do not explain your reasoning inside the answer tags, give only the final answer."
+)
+"""Appended to every question (after a blank line); in the spirit of reasoning-gym's default system prompt."""
+
+EVAL_SEED_OFFSET = 2**31
+"""The eval set's seed is `(seed + EVAL_SEED_OFFSET) % 2**32`: reasoning-gym seeds item i with seed + i, so
+a nearby seed would repeat the training items."""
+
+EVAL_CHUNKS = 10
+"""How many eval-sized batches the held-out set may draw to replace questions removed as training repeats."""
+
+
+def _reasoning_gym() -> ModuleType:
+    return require("reasoning_gym", "tasks", f"reasoning-gym tasks (task.name: {FAMILY}:<dataset>)")
+
+
+def dataset_names() -> list[str]:
+    """The datasets reasoning-gym registers (needs the package)."""
+    return sorted(_reasoning_gym().factory.DATASETS)
+
+
+def check_dataset(dataset: str) -> tuple[type, set[str]]:
+    """The dataset's config class and its option names; an unknown name is an error suggesting close ones."""
+    registry = _reasoning_gym().factory.DATASETS
+    if dataset not in registry:
+        close = difflib.get_close_matches(dataset, list(registry), n=3, cutoff=0.6)
+        hint = f"did you mean {', '.join(close)}?" if close else "no close match"
+        raise ValueError(f"unknown reasoning-gym dataset {dataset!r}; {hint} ({len(registry)} datasets: see "
+                         "reasoning_gym.factory.DATASETS)")
+    config_class = registry[dataset][1]
+    return config_class, {f.name for f in dataclasses.fields(config_class)} - {"size", "seed"}
+
+
+def create_dataset(dataset: str, options: dict[str, Any], size: int, seed: int) -> Any:
+    """`reasoning_gym.create_dataset(dataset, size=size, seed=seed, **options)`, with errors that name the
+    dataset and the offending key."""
+    name = f"{FAMILY}:{dataset}"
+    _, allowed = check_dataset(dataset)
+    for key in options:
+        if key in ("size", "seed"):
+            raise ValueError(f"{name}: set task.{key}, not config.{key}")
+        if key not in allowed:
+            close = difflib.get_close_matches(key, sorted(allowed), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            listed = ", ".join(sorted(allowed)) or "none"
+            raise ValueError(f"{name}: unknown config key {key!r}{hint}; allowed: {listed}")
+    try:
+        return _reasoning_gym().create_dataset(dataset, size=size, seed=seed, **options)
+    except Exception as error:  # the dataset's own validation: AssertionError, ValueError, TypeError, ...
+        raise ValueError(f"{name}: invalid config {options}: {_describe(error)}") from None
+
+
+def _describe(error: Exception) -> str:
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+
+
+class ReasoningGymConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    """"reasoning_gym:<dataset>", e.g. "reasoning_gym:chain_sum"."""
+    size: int = Field(1000, ge=1)
+    """Training problems (one epoch of the training stream)."""
+    eval_size: int = Field(100, ge=1)
+    """Held-out problems (fewer if the dataset has too few questions outside the training set)."""
+    seed: int = Field(0, ge=0, lt=2**32)
+    """The dataset's seed (the eval set's is derived from it)."""
+    config: dict[str, Any] = Field(default_factory=dict)
+    """The dataset's own options, passed to `reasoning_gym.create_dataset`."""
+    correct_threshold: float = Field(1.0, gt=0.0, le=1.0)
+    """A response is correct when its score is at least this."""
+    binary_reward: bool = False
+    """Reward 1 for a correct response and 0 otherwise, instead of the scorer's score."""
+    instruction: str | None = DEFAULT_INSTRUCTION
+    """Appended to every question after a blank line (None or "": the question alone)."""
+    bucket_by: list[str] = Field(default_factory=list)
+    """Keys of the entries' `metadata["difficulty"]` forming the eval buckets ("num_terms=3"); empty: "all"."""
+
+    @property
+    def dataset(self) -> str:
+        return self.name.partition(":")[2].strip()
+
+    @model_validator(mode="after")
+    def _check(self) -> ReasoningGymConfig:
+        family, _, dataset = self.name.partition(":")
+        if family != FAMILY or not dataset.strip():
+            raise ValueError(f"name must be {FAMILY}:<dataset>, got {self.name!r}")
+        # builds the dataset object (no items) and one item: catches bad options and bucket keys before any
+        # model is loaded, without generating the whole set
+        probe = create_dataset(self.dataset, self.config, size=1, seed=self.seed)
+        try:
+            entry = probe[0]
+        except Exception as error:
+            raise ValueError(f"{self.name}: generating a problem with config {self.config} failed: "
+                             f"{_describe(error)}") from None
+        bucket(entry, self.bucket_by, self.name)
+        return self
+
+
+def bucket(entry: dict[str, Any], keys: list[str], name: str) -> str:
+    """The difficulty bucket of a reasoning-gym entry: "k1=v1,k2=v2" for `keys`, or "all" without keys."""
+    if not keys:
+        return "all"
+    metadata = entry.get("metadata") or {}
+    difficulty = metadata.get("difficulty")
+    if not isinstance(difficulty, dict):
+        raise ValueError(f"{name}: the dataset's entries have no metadata['difficulty'] to bucket by; drop bucket_by")
+    parts = []
+    for key in keys:
+        if key not in difficulty:
+            raise ValueError(f"{name}: bucket_by key {key!r} is not in the entries' metadata['difficulty']; "
+                             f"available: {', '.join(difficulty) or 'none'}")
+        value = metadata[key] if key != "difficulty" and key in metadata else difficulty[key]
+        parts.append(f"{key}={value}")
+    return ",".join(parts)
+
+
+def extract_answer(response: str) -> str | None:
+    """The last `<answer>...</answer>` content (reasoning-gym's extractor), else the last `\\boxed{...}`."""
+    answer = _reasoning_gym().utils.extract_answer(response)
+    if answer is None:
+        boxed = _last_boxed(response)
+        answer = boxed.strip() if boxed is not None else None
+    return answer
+
+
+@TASKS.register(FAMILY)
+class ReasoningGymTask:
+    checks_steps = False
+    variant = "dataset"
+    """Configs name it "reasoning_gym:<dataset>"."""
+    Config = ReasoningGymConfig
+
+    def __init__(self, config: ReasoningGymConfig) -> None:
+        self.config = config
+        self.name = config.name
+        self.dataset = create_dataset(config.dataset, config.config, size=config.size, seed=config.seed)
+        self._train: list[Problem] | None = None
+        self._held_out: list[Problem] | None = None
+        self._scorer_errors = 0
+
+    def _problem(self, entry: dict[str, Any]) -> Problem:
+        question = str(entry["question"])
+        prompt = f"{question}\n\n{self.config.instruction}" if self.config.instruction else question
+        answer = "" if entry.get("answer") is None else str(entry["answer"])
+        difficulty = bucket(entry, self.config.bucket_by, self.name)
+        return Problem(prompt, answer, difficulty, {"entry": entry, "question": question})
+
+    @property
+    def train(self) -> list[Problem]:
+        """The training set (generated on first use)."""
+        if self._train is None:
+            self._train = [self._problem(self.dataset[i]) for i in range(len(self.dataset))]
+        return self._train
+
+    def train_problems(self, seed: int, start: int = 0) -> Iterator[Problem]:
+        """Epochs over the training problems, each in a fresh seeded order."""
+        rng = random.Random(seed)
+        index = 0
+        while True:
+            order = list(range(len(self.train)))
+            rng.shuffle(order)
+            for i in order:
+                if index >= start:
+                    yield self.train[i]
+                index += 1
+
+    def eval_problems(self) -> list[Problem]:
+        """`eval_size` problems from the derived seed whose questions are not in the training set (nor repeats)."""
+        if self._held_out is None:
+            self._held_out = self._draw_held_out()
+        return list(self._held_out)
+
+    def _draw_held_out(self) -> list[Problem]:
+        config = self.config
+        seen = {p.meta["question"] for p in self.train}
+        held_out: list[Problem] = []
+        base = (config.seed + EVAL_SEED_OFFSET) % 2**32
+        for chunk in range(EVAL_CHUNKS):
+            seed = base + chunk * config.eval_size
+            dataset = create_dataset(config.dataset, config.config, size=config.eval_size, seed=seed)
+            for i in range(len(dataset)):
+                problem = self._problem(dataset[i])
+                if problem.meta["question"] not in seen:
+                    seen.add(problem.meta["question"])
+                    held_out.append(problem)
+                    if len(held_out) == config.eval_size:
+                        return held_out
+        if not held_out:
+            raise ValueError(f"{self.name}: every eval question also appears in the training set (size={config.size}); "
+                             "the dataset has too few distinct questions: lower size or widen its config")
+        log.warning("%s: only %d held-out problems outside the training set (eval_size %d)",
+                    self.name, len(held_out), config.eval_size)
+        return held_out
+
+    def verify(self, problem: Problem, response: str) -> Verdict:
+        entry = problem.meta.get("entry")
+        if entry is None:
+            raise ValueError(f"{self.name}: the problem carries no reasoning-gym entry (meta['entry']); "
+                             "it is not from this task")
+        answer = extract_answer(response)
+        if answer is None:
+            return Verdict(reward=0.0, correct=False)
+        try:
+            score = float(self.dataset.score_answer(answer, entry))
+        except Exception as error:  # some scorers raise on malformed answers (e.g. int("abc")): a wrong answer
+            self._scorer_errors += 1
+            level = logging.WARNING if self._scorer_errors == 1 else logging.DEBUG
+            log.log(level, "%s: the scorer raised %s on answer %r; scored 0 "
+                    "(further such errors are logged at debug level)", self.name, _describe(error), answer[:200])
+            score = 0.0
+        score = min(1.0, max(0.0, score)) if math.isfinite(score) else 0.0
+        correct = score >= self.config.correct_threshold
+        return Verdict(reward=float(correct) if self.config.binary_reward else score, correct=correct)
