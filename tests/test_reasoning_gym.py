@@ -10,14 +10,13 @@ from collections import Counter
 from itertools import islice
 
 import pytest
+import reasoning_gym  # the test extra installs it
 
 from credo.config import ConfigError, load_config, validate
 from credo.extras import MissingExtra
 from credo.rollout.groups import verify_all
 from credo.tasks import ArithTask, JsonlTask, Problem, ReasoningGymTask, build_task, task_class
 from credo.tasks.reasoning_gym import DEFAULT_INSTRUCTION, EVAL_SEED_OFFSET, ReasoningGymConfig, bucket
-
-reasoning_gym = pytest.importorskip("reasoning_gym")
 
 SMALL = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}
 """chain_sum with two one-digit terms: 10 * 10 * 2 = 200 distinct questions."""
@@ -68,6 +67,16 @@ def test_reward_is_the_datasets_score_of_the_extracted_answer():
     assert reward(f"<answer>{wrong}</answer>") == (0.0, False)
     assert reward(f"the sum is {truth}") == (0.0, False)  # no answer tag or box: no answer
     assert reward("<answer></answer>") == (0.0, False)
+
+
+def test_last_number_fallback_for_models_that_skip_the_format():
+    task = chain_sum(answer_fallback="last_number")
+    problem = task.train[0]
+    truth = int(problem.answer)
+    assert task.verify(problem, f"The answer to the problem is {truth}.").reward == 1.0
+    assert task.verify(problem, f"{truth} or maybe {truth + 1}").reward == 0.0  # the last number
+    assert task.verify(problem, f"<answer>{truth + 1}</answer> {truth}").reward == 0.0  # a tag still wins
+    assert task.verify(problem, "no number here").reward == 0.0
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,9 @@ those removed), so the model never trains on an eval question. `config` is passe
 the config builds the dataset object and one problem, not the whole set.
 
 A response's answer is the content of its last `<answer>...</answer>` (reasoning-gym's own extractor), else
-of its last `\\boxed{...}`; the dataset's `score_answer(answer, entry)` scores it (clamped to [0, 1]; a
-scorer that raises scores 0). The reward is that score (partial credit where the dataset gives it), or with
+of its last `\\boxed{...}` (else, with `answer_fallback: last_number`, its last number); the dataset's
+`score_answer(answer, entry)` scores it (clamped to [0, 1]; a scorer that raises scores 0). The reward is
+that score (partial credit where the dataset gives it), or with
 `binary_reward` 1/0; a response is `correct` when its score reaches `correct_threshold`. No answer: 0.
 
 `bucket_by` names keys of the entries' `metadata["difficulty"]` for the eval's difficulty buckets, e.g.
@@ -29,13 +30,13 @@ import math
 import random
 from collections.abc import Iterator
 from types import ModuleType
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from credo.extras import require
 from credo.tasks.base import TASKS, Problem, Verdict
-from credo.tasks.jsonl import _last_boxed
+from credo.tasks.jsonl import _NUMBER, _last_boxed
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +119,9 @@ class ReasoningGymConfig(BaseModel):
     """Reward 1 for a correct response and 0 otherwise, instead of the scorer's score."""
     instruction: str | None = DEFAULT_INSTRUCTION
     """Appended to every question after a blank line (None or "": the question alone)."""
+    answer_fallback: Literal["none", "last_number"] = "none"
+    """Where a response has no `<answer>` tag or `\\boxed{}`: no answer (reasoning-gym's rule), or its last
+    number (for small models that do not follow the answer format, e.g. SmolLM2-135M)."""
     bucket_by: list[str] = Field(default_factory=list)
     """Keys of the entries' `metadata["difficulty"]` forming the eval buckets ("num_terms=3"); empty: "all"."""
 
@@ -160,12 +164,16 @@ def bucket(entry: dict[str, Any], keys: list[str], name: str) -> str:
     return ",".join(parts)
 
 
-def extract_answer(response: str) -> str | None:
-    """The last `<answer>...</answer>` content (reasoning-gym's extractor), else the last `\\boxed{...}`."""
+def extract_answer(response: str, fallback: str = "none") -> str | None:
+    """The last `<answer>...</answer>` content (reasoning-gym's extractor), else the last `\\boxed{...}`, else
+    (with `fallback="last_number"`) the last number."""
     answer = _reasoning_gym().utils.extract_answer(response)
     if answer is None:
         boxed = _last_boxed(response)
         answer = boxed.strip() if boxed is not None else None
+    if answer is None and fallback == "last_number":
+        numbers = _NUMBER.findall(response)
+        answer = numbers[-1].replace(",", "") if numbers else None
     return answer
 
 
@@ -243,7 +251,7 @@ class ReasoningGymTask:
         if entry is None:
             raise ValueError(f"{self.name}: the problem carries no reasoning-gym entry (meta['entry']); "
                              "it is not from this task")
-        answer = extract_answer(response)
+        answer = extract_answer(response, self.config.answer_fallback)
         if answer is None:
             return Verdict(reward=0.0, correct=False)
         try:
