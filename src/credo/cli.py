@@ -82,8 +82,8 @@ def print_summary(summary: dict, run_dir: Path) -> None:
     metrics = [k for k in start if k != "by_difficulty"]
     for key in metrics:
         table.add_column(key, justify="right")
-    rows = [(d, start["by_difficulty"][d], end["by_difficulty"][d]) for d in start["by_difficulty"]]
-    for name, a, b in rows + [("all", start, end)]:
+    rows = [(d, start["by_difficulty"][d], end["by_difficulty"][d]) for d in start["by_difficulty"] if d != "all"]
+    for name, a, b in rows + [("all", start, end)]:  # a task without buckets has one, "all": shown once
         table.add_row(name, *(f"{a[k]:.3f} → {b[k]:.3f}" for k in metrics))
     console.print(table)
     console.print(f"learning curve: {run_dir / 'plots' / 'learning_curve.png'}   summary: {run_dir / 'summary.json'}")
@@ -130,7 +130,7 @@ def evaluate(
     metrics = [k for k in result if k != "by_difficulty"]
     for key in metrics:
         table.add_column(key, justify="right")
-    for name, values in list(result["by_difficulty"].items()) + [("all", result)]:
+    for name, values in [(d, v) for d, v in result["by_difficulty"].items() if d != "all"] + [("all", result)]:
         table.add_row(name, *(f"{values[k]:.3f}" for k in metrics))
     console.print(table)
     console.print_json(json.dumps(result))
