@@ -97,6 +97,37 @@ def test_micro_batches_give_the_same_update(tmp_path, limit):
     assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4)
 
 
+def test_on_policy_update_gives_the_update_of_a_separate_behaviour_pass(tmp_path, monkeypatch):
+    import dataclasses
+
+    import credo.train as trainer_module
+
+    run(tmp_path, None, ["train.steps=2"], name="on_policy")
+    build = trainer_module.build_trainer
+    monkeypatch.setattr(trainer_module, "build_trainer",
+                        lambda *args, **kwargs: dataclasses.replace(build(*args, **kwargs), on_policy=False))
+    run(tmp_path, None, ["train.steps=2"], name="behaviour_pass")
+    a, b = ([json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+            for name in ("on_policy", "behaviour_pass"))
+    for x, y in zip(a[1:3], b[1:3]):  # the two steps (after the first evaluation)
+        assert x["reward/mean"] == y["reward/mean"]  # the same rollouts: the first updates agreed
+        for key in ("loss/policy", "grad_norm", "entropy/mean"):
+            assert x[key] == pytest.approx(y[key], rel=1e-4, abs=1e-7), key
+
+
+@pytest.mark.parametrize(("method", "extra", "on_policy"), [
+    ("grpo", [], True), ("grpo", ["optim.minibatches=2"], False), ("grpo", ["optim.epochs=2"], False),
+    ("s_trace", [], False),  # its credit reads the behaviour entropies before the update
+    ("srpo", [], True),
+])
+def test_which_runs_skip_the_behaviour_pass(tmp_path, method, extra, on_policy):
+    from credo.checkpoint import RunDirectory
+    from credo.train import build_trainer
+
+    config = load_config(None, TINY + [f"method={method}"] + extra)
+    assert build_trainer(config, RunDirectory(tmp_path)).on_policy is on_policy
+
+
 def test_existing_run_directory_is_not_overwritten(tmp_path):
     run(tmp_path, None, ["train.steps=1"])
     with pytest.raises(FileExistsError, match="--resume"):

@@ -53,6 +53,10 @@ class Trainer:
     autocast: bool
     backend: object
     """The generation backend (`credo.rollout.backends.make_backend`)."""
+    on_policy: bool
+    """One optimiser step per rollout batch and a credit estimator that reads no entropies: the policy being
+    updated is the one that sampled, so the update's own forward pass gives the behaviour log-probs
+    (`old_logp = logp.detach()`, TRL's on-policy convention) and entropies, and `score` skips its pass."""
 
 
 def train(config: RunConfig, run_dir, *, resume: bool = False, show_progress: bool = True) -> dict:
@@ -126,7 +130,9 @@ def build_trainer(config: RunConfig, run: RunDirectory) -> Trainer:
     if autocast is None:
         autocast = device.type == "cuda" and torch.cuda.is_bf16_supported()
     backend = make_backend(config.rollout, model, tokenizer, resolve_model_path(config.model), seed=config.train.seed)
-    return Trainer(config, run, method, task, model, tokenizer, optimizer, scheduler, device, autocast, backend)
+    on_policy = optim.minibatches * optim.epochs == 1 and not getattr(method.estimator, "reads_entropy", False)
+    return Trainer(config, run, method, task, model, tokenizer, optimizer, scheduler, device, autocast, backend,
+                   on_policy)
 
 
 def pick_device(name: str) -> torch.device:
@@ -167,21 +173,25 @@ def sample_rollout(trainer: Trainer, stream: ProblemStream) -> Rollout:
 
 
 def score(trainer: Trainer, rollout: Rollout) -> RolloutBatch:
-    """The rollout as a batch, with the behaviour policy's log-probs and entropies (computed once, no grad)."""
+    """The rollout as a batch, with the behaviour policy's log-probs and entropies (computed once, no grad).
+
+    On-policy trainers (`Trainer.on_policy`) skip that pass: `old_logp` stays 0 until the update's own
+    forward pass fills it, and `entropy` is None (the update logs the entropies instead).
+    """
     c = rollout.completions
     optim = trainer.config.optim
     old_logp = torch.zeros(c.response_ids.shape, device=trainer.device)
-    entropy = torch.zeros(c.response_ids.shape, device=trainer.device)
-    with torch.no_grad():
-        for rows in micro_batches(c.prompt_mask, c.response_mask, max_rows=optim.micro_batch_size,
-                                  max_tokens=optim.micro_batch_tokens):
+    entropy = None if trainer.on_policy else torch.zeros(c.response_ids.shape, device=trainer.device)
+    for rows in [] if trainer.on_policy else micro_batches(
+            c.prompt_mask, c.response_mask, max_rows=optim.micro_batch_size, max_tokens=optim.micro_batch_tokens):
+        with torch.no_grad():
             logp, part_entropy = policy_logprobs(
                 trainer.model, *(t[rows].to(trainer.device) for t in (c.prompt_ids, c.prompt_mask, c.response_ids, c.response_mask)),
                 temperature=trainer.config.rollout.temperature, chunk_tokens=trainer.config.train.logprob_chunk,
                 with_entropy=True, autocast=trainer.autocast,
             )
-            old_logp[rows.to(trainer.device)] = logp.float()
-            entropy[rows.to(trainer.device)] = part_entropy.float().clamp(min=0)
+        old_logp[rows.to(trainer.device)] = logp.float()
+        entropy[rows.to(trainer.device)] = part_entropy.float().clamp(min=0)
     mask = c.response_mask.to(trainer.device)
     blame = None
     if trainer.task.checks_steps:
@@ -197,7 +207,7 @@ def score(trainer: Trainer, rollout: Rollout) -> RolloutBatch:
         group_id=rollout.group_id.to(trainer.device),
         rewards=rollout.rewards.to(trainer.device),
         old_logp=torch.where(mask, old_logp, 0.0),
-        entropy=torch.where(mask, entropy, 0.0),
+        entropy=None if entropy is None else torch.where(mask, entropy, 0.0),
         correct=torch.tensor([v.correct for v in rollout.verdicts], device=trainer.device),
         prompt_ids=c.prompt_ids.to(trainer.device),
         prompt_mask=c.prompt_mask.to(trainer.device),
@@ -243,16 +253,20 @@ def optimiser_step(trainer: Trainer, minibatch: RolloutBatch, state: TrainState)
     denominators = trainer.method.loss.normalisers(minibatch.loss_mask)
     metrics: dict[str, float] = {}
     credit = torch.zeros_like(minibatch.old_logp)  # (rows, T)
-    finite = True
+    entropy_sum, finite = 0.0, True
     for rows in micro_batches(minibatch.prompt_mask, minibatch.response_mask, max_rows=config.optim.micro_batch_size,
                               max_tokens=config.optim.micro_batch_tokens):
         rows = rows.to(minibatch.response_ids.device)
         part = minibatch.select(rows)
-        logp, _ = policy_logprobs(
+        logp, entropy = policy_logprobs(
             trainer.model, part.prompt_ids, part.prompt_mask, part.response_ids, part.response_mask,
-            temperature=config.rollout.temperature, chunk_tokens=config.train.logprob_chunk, autocast=trainer.autocast,
+            temperature=config.rollout.temperature, chunk_tokens=config.train.logprob_chunk,
+            with_entropy=trainer.on_policy, autocast=trainer.autocast,
         )
         logp = logp.float()
+        if trainer.on_policy:  # this pass is the behaviour policy's
+            part = part.replace(old_logp=torch.where(part.response_mask, logp.detach(), 0.0))
+            entropy_sum += float(entropy.float().clamp(min=0)[part.response_mask].sum())
         logp.retain_grad()  # the credit diagnostics read dLoss/dlogp from the backward pass taken anyway
         out = trainer.method.policy_loss(logp, part, **denominators)
         if not torch.isfinite(out.loss):
@@ -264,6 +278,8 @@ def optimiser_step(trainer: Trainer, minibatch: RolloutBatch, state: TrainState)
         weight = part.size / minibatch.size
         for key, value in out.metrics.items():
             metrics[key] = metrics.get(key, 0.0) + weight * value
+    if trainer.on_policy:
+        metrics["entropy/mean"] = entropy_sum / max(1, int(minibatch.response_mask.sum()))
     params = [p for p in trainer.model.parameters() if p.requires_grad]
     if finite:
         norm = torch.nn.utils.clip_grad_norm_(params, config.optim.grad_clip or math.inf)
@@ -300,9 +316,10 @@ def step_record(trainer: Trainer, state: TrainState, rollout: Rollout, batch: Ro
         "rollout/tokens": rollout.generated_tokens,
         "rollout/truncated_share": float(rollout.completions.truncated.float().mean()),
         "response/length_mean": float(lengths.mean()),
-        "entropy/mean": float(batch.entropy[batch.response_mask].mean()),
         "optim/skipped_total": state.skipped_steps,
     }
+    if batch.entropy is not None:  # else the on-policy update logged it
+        record["entropy/mean"] = float(batch.entropy[batch.response_mask].mean())
     if trainer.task.checks_steps:
         correct = [v for v in rollout.verdicts if v.correct]
         lucky = sum(v.first_wrong_step is not None for v in correct)

@@ -17,6 +17,9 @@ Metrics = dict[str, float]
 
 
 class CreditEstimator(Protocol):
+    """Computes credit once per rollout batch. An estimator that reads the behaviour policy's entropies
+    declares `reads_entropy = True` (the trainer then scores them before credit; others may get them later)."""
+
     def __call__(self, batch: RolloutBatch) -> tuple[RolloutBatch, Metrics]:
         """Return `batch` with `advantages` (and `loss_mask`, `trace_mask` where the method sets them)."""
         ...

@@ -23,6 +23,7 @@ the `lam = 0` nor the GSPO identity holds, so the current token enters as the `k
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from torch import Tensor
 
@@ -86,6 +87,7 @@ class EntropySelection(GroupAdvantage):
     tokens no gradient (loss_mask &= trace_mask).
     """
 
+    reads_entropy: ClassVar[bool] = True
     keep_frac: float = 0.2
     """Share of response tokens (highest entropy) whose ratios enter the traces."""
     mask_grad: str = "trace"
