@@ -81,34 +81,93 @@ def generate(
     """Sample `repeat` responses per prompt (rows in prompt order: prompt 0's samples first).
 
     Each prompt's KV cache is computed once and copied to its samples instead of re-encoding the prompt per
-    sample (a group's prompt, a reset's prefix), into a static cache. Randomness: torch's global RNG.
-    A response ends after the tokenizer's end token (kept: the model learns to stop) or at the end of a
-    stop string (kept), or is cut at `max_new_tokens` (`truncated`).
+    sample (a group's prompt, a reset's prefix), into a static cache; `decode` then samples token by token.
+    Randomness: torch's global RNG. A response ends after the tokenizer's end token (kept: the model learns
+    to stop) or at the end of a stop string (kept), or is cut at `max_new_tokens` (`truncated`).
     """
     device = next(model.parameters()).device
-    pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
+    pad = tokenizer.pad_token_id
     responses: list[list[int]] = []
     truncated: list[bool] = []
-    stop = list(stop or [])
-    options = {"do_sample": False} if greedy else {"do_sample": True, "temperature": temperature, "top_p": top_p}
-    if stop:
-        options.update(stop_strings=stop, tokenizer=tokenizer)
     per_call = max(1, batch_size // repeat)
     for start in range(0, len(prompts), per_call):
         ids, mask = left_pad(prompts[start : start + per_call], pad)
         ids, mask = ids.to(device), mask.long().to(device)
         cache = shared_prompt_cache(model, ids, mask, repeat, ids.shape[1] + max_new_tokens)
-        out = model.generate(
-            input_ids=ids.repeat_interleave(repeat, dim=0), attention_mask=mask.repeat_interleave(repeat, dim=0),
-            past_key_values=cache, max_new_tokens=max_new_tokens, pad_token_id=pad, eos_token_id=eos, top_k=None,
-            **options,
-        )[:, ids.shape[1] :].tolist()
-        for row in out:
-            response, done = cut_response(row, eos, pad, tokenizer, stop)
+        rows = decode(model, tokenizer, ids.repeat_interleave(repeat, dim=0), mask.repeat_interleave(repeat, dim=0),
+                      cache, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, greedy=greedy,
+                      stop=list(stop or []))
+        for response, done in rows:
             responses.append(response)
             truncated.append(not done)
     texts = tokenizer.batch_decode(responses, skip_special_tokens=True)
     return Completions.from_lists([p for p in prompts for _ in range(repeat)], responses, texts, truncated, pad)
+
+
+COMPACT_AT = 0.75
+"""`decode` drops finished rows from the batch and the cache once at most this share of the rows it last
+kept are still running."""
+
+
+def decode(model, tokenizer, ids: Tensor, mask: Tensor, cache, *, max_new_tokens: int, temperature: float,
+           top_p: float, greedy: bool, stop: list[str]) -> list[tuple[list[int], bool]]:
+    """Sample up to `max_new_tokens` after left-padded prompts `ids` (N, P) whose all-but-last tokens are in
+    the static `cache`; returns each row's response tokens and whether it ended (end token or stop string).
+
+    A plain loop of forward passes over the cache, one token per step, rather than transformers' `generate`:
+    its per-step set-up (logits processors, stopping criteria, input preparation) cost as much as a small
+    model's forward pass (benchmarks/vs_trl.py). Rows that have finished leave the batch and the cache
+    (`COMPACT_AT`), so the late steps of a batch with a few long responses run on those rows only.
+    """
+    eos = tokenizer.eos_token_id
+    N, P = ids.shape
+    attention = torch.zeros(N, P + max_new_tokens, dtype=torch.long, device=ids.device)  # (N, L): the cache's length
+    attention[:, :P] = mask
+    positions = mask.sum(dim=1, keepdim=True) - 1  # (N, 1): the last prompt token's position
+    token = ids[:, -1:]  # (N, 1)
+    live = torch.arange(N, device=ids.device)  # the original row of each row still in the batch
+    kept = N
+    tokens: list[list[int]] = [[] for _ in range(N)]
+    texts = [""] * N
+    ended = [False] * N
+    for step in range(max_new_tokens):
+        attention[:, P - 1 + step] = 1
+        logits = model(input_ids=token, attention_mask=attention, position_ids=positions, past_key_values=cache,
+                       use_cache=True, logits_to_keep=1).logits[:, -1].float()  # (n, V)
+        token = pick_tokens(logits, temperature=temperature, top_p=top_p, greedy=greedy)  # (n, 1)
+        running = []
+        for index, (row, value) in enumerate(zip(live.tolist(), token[:, 0].tolist())):
+            if ended[row]:
+                continue  # finished at an earlier step, still in the batch until the next compaction
+            tokens[row].append(value)
+            if stop:
+                texts[row] += tokenizer.decode([value])
+            ended[row] = value == eos or any(s in texts[row] for s in stop)
+            if not ended[row]:
+                running.append(index)
+        if not running:
+            break
+        if len(running) <= COMPACT_AT * kept:
+            index = torch.tensor(running, device=ids.device)
+            for layer in cache.layers:
+                layer.keys, layer.values = layer.keys[index], layer.values[index]
+            attention, positions, token, live = attention[index], positions[index], token[index], live[index]
+            kept = len(running)
+        positions = positions + 1
+    return [(tokens[row], ended[row]) for row in range(N)]
+
+
+def pick_tokens(logits: Tensor, *, temperature: float, top_p: float, greedy: bool) -> Tensor:
+    """(n, 1) next tokens: the argmax, or a sample at `temperature` from the top-p nucleus (the smallest set
+    of tokens whose probability reaches `top_p`, the most likely token always in it)."""
+    if greedy:
+        return logits.argmax(dim=-1, keepdim=True)
+    probs = torch.softmax(logits / temperature, dim=-1)
+    if top_p < 1.0:
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        outside = sorted_probs.cumsum(dim=-1) - sorted_probs >= top_p  # mass before a token already reaches p
+        probs = probs.scatter(-1, order, sorted_probs.masked_fill(outside, 0.0))
+    return torch.multinomial(probs, 1)
 
 
 def shared_prompt_cache(model, ids: Tensor, mask: Tensor, repeat: int, max_length: int):
