@@ -15,8 +15,8 @@ EXTRAS = {
     "lora": "LoRA adapters (model.lora)",
     "tasks": "reasoning-gym tasks and math-verify grading",
     "vllm": "the vLLM generation backend (rollout.backend: vllm; CUDA only)",
-    "trl": "the TRL GRPOTrainer integration",
-    "verl": "the verl integration",
+    "trl": "the TRL GRPOTrainer integration (credo.integrations.trl) and benchmarks/vs_trl.py",
+    "verl": "the verl integration (credo.integrations.verl)",
 }
 """Each extra of `pyproject.toml` and what it enables."""
 

@@ -1,0 +1,341 @@
+"""credo's credit estimators and policy losses inside verl 0.9.1 (`pip install 'credo[verl]'`).
+
+An adapter only: the math stays in `credo.credit` and `credo.losses`. `register()` adds, for every credo
+method that verl's interfaces can carry, an advantage estimator and a policy loss to verl's own registries
+(`verl.trainer.ppo.core_algos`), under the names of `VERL_NAMES` (`credo_grpo`, `credo_srpo`, ...), and
+the agent loops of the reset and revision methods (`credo.integrations.verl_agent`). Then a verl run selects
+them like verl's own:
+
+    algorithm.adv_estimator=credo_srpo
+    actor_rollout_ref.actor.policy_loss.loss_mode=credo_srpo
+    actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean
+    actor_rollout_ref.rollout.agent.default_agent_loop=credo_srpo
+
+verl looks estimators and losses up in each of its processes (the trainer and every actor worker are Ray
+actors), so registration must run in each: set `VERL_USE_EXTERNAL_MODULES=credo.integrations.verl_plugin`
+in the environment of every node (verl imports the named modules whenever it is imported).
+
+What verl passes, and so what the adapters can use (verl 0.9.1):
+- estimator: `token_level_rewards` (B, T) (the row reward is their sum), `response_mask` (B, T), `index`
+  (B,) (the prompt uid of each row: credo's `group_id`), `config` (verl's AlgoConfig). No old log-probs,
+  no entropies, no non-tensor fields.
+- policy loss: `old_log_prob`, `log_prob`, `advantages`, `response_mask` (B, T), `loss_agg_mode`, `config`
+  (the ActorConfig, whose `global_batch_info` holds the mini-batch's normalisers) and
+  `rollout_is_weights`. No entropies, no reference log-probs (verl adds its KL loss itself).
+
+So: the group methods run credo's estimator on the rewards and uids; the reset and revision methods need
+information about the whole group (separate base and suffix groups, revision outcomes) that the
+estimator cannot see, so their agent loop runs credo's own sampler and estimator on the group and hands
+each row's advantage over as its score, with the trained tokens (the suffix after a kept prefix, or
+IBPO's edited tokens) as its `response_mask`; their verl estimator spreads that per-row advantage over
+the mask. `response_mask` is also verl's loss mask (and its token count the loss normaliser), so suffix
+rows train on the suffix only, as in credo. See `UNSUPPORTED` for what cannot be carried.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from credo.batch import RolloutBatch
+from credo.credit import GroupAdvantage
+from credo.extras import require
+from credo.methods import Method, get_method
+
+VERL_VERSION = "0.9.1"
+"""The verl release these adapters follow (signatures, registries, `global_batch_info`, agent loops)."""
+
+VERL_NAMES: dict[str, str] = {
+    "credo_grpo": "grpo",
+    "credo_dr_grpo": "dr_grpo",
+    "credo_dapo": "dapo",
+    "credo_gspo": "gspo",
+    "credo_reinforce": "reinforce",
+    "credo_grpo_lambda": "grpo_lambda",
+    "credo_p_trace": "p_trace",
+    "credo_rrpo": "rrpo",
+    "credo_srpo": "srpo",
+    "credo_srpo_clip": "srpo_clip",
+    "credo_ibpo": "ibpo",
+    "credo_ibpo_clip": "ibpo_clip",
+}
+"""verl name -> credo method: each is both an advantage estimator and a policy loss in verl's registries."""
+
+UNSUPPORTED: dict[str, str] = {
+    "s_trace": "its trace mask is the top-20% of the behaviour policy's token entropies over the rollout "
+    "batch; verl 0.9.1 computes those entropies (field `entropy` after the old-log-prob pass) but passes "
+    "them neither to the advantage estimator nor to the policy loss",
+    "oracle_blame": "it needs a task's step checker (the first wrong step of every failure); verl's "
+    "reward functions return a score only",
+}
+"""credo methods with no verl adapter, and why."""
+
+AGG_MODES = {
+    "token-mean": "token_mean",
+    "seq-mean-token-mean": "seq_mean_token_mean",
+    "seq-mean-token-sum-norm": "seq_mean_token_sum_norm",
+}
+"""verl's `loss_agg_mode` -> credo's `agg` (verl's token-sum and seq-mean-token-sum have no credo form)."""
+
+AGENT_LOOPS = {"resets": "ResetAgentLoop", "revisions": "RevisionAgentLoop"}
+"""credo sampler -> its verl agent loop class in `credo.integrations.verl_agent`."""
+
+_registered: dict[str, tuple] = {}
+
+
+def _core_algos():
+    require("verl", "verl", "the verl integration")
+    from verl.trainer.ppo import core_algos
+
+    return core_algos
+
+
+def register(*, agent_loops: bool = True) -> list[str]:
+    """Register every method of `VERL_NAMES` with verl (and, with `agent_loops`, the agent loops of the
+    reset and revision methods); idempotent. Returns the registered names."""
+    for verl_name, method in VERL_NAMES.items():
+        register_method(verl_name, method, agent_loop=agent_loops)
+    return list(VERL_NAMES)
+
+
+def register_method(
+    verl_name: str,
+    method: str,
+    *,
+    estimator: Mapping[str, Any] | None = None,
+    loss: Mapping[str, Any] | None = None,
+    agent_loop: bool = True,
+) -> Method:
+    """Register credo's `method` (with switch overrides, as `get_method` takes them) under `verl_name`, as an
+    advantage estimator, a policy loss and, for reset and revision methods, an agent loop.
+
+    Registering the same name again with the same method and overrides does nothing; with different ones
+    it is a `ValueError` (verl's registries hold one function per name). For example, in a module named by
+    `VERL_USE_EXTERNAL_MODULES`: `register_method("credo_p_trace_90", "p_trace", loss={"lam": 0.9})`.
+    """
+    key = (method, _frozen(estimator), _frozen(loss), agent_loop)
+    if verl_name in _registered:
+        if _registered[verl_name] != key:
+            raise ValueError(f"verl name {verl_name!r} is already registered for credo method "
+                             f"{_registered[verl_name][0]!r} with other switches; pick another name")
+        return get_method(method, estimator=estimator, loss=loss)
+    chosen = get_method(method, estimator=estimator, loss=loss)
+    check_supported(chosen)
+    core = _core_algos()
+    existing = core.ADV_ESTIMATOR_REGISTRY.get(verl_name)
+    if existing is not None and getattr(existing, "credo_method", None) is None:
+        raise ValueError(f"verl already has an advantage estimator {verl_name!r} that is not credo's")
+    core.ADV_ESTIMATOR_REGISTRY[verl_name] = advantage_fn(chosen)
+    core.POLICY_LOSS_REGISTRY[verl_name] = policy_loss_fn(chosen)
+    if agent_loop and chosen.sampler in AGENT_LOOPS:
+        register_agent_loop(verl_name, method, estimator=estimator, loss=loss)
+    _registered[verl_name] = key
+    return chosen
+
+
+def check_supported(method: Method) -> None:
+    """`ValueError` unless verl's estimator and loss signatures can carry `method` (see `UNSUPPORTED`)."""
+    if method.name in UNSUPPORTED:
+        raise ValueError(f"credo method {method.name!r} has no verl adapter: {UNSUPPORTED[method.name]}")
+    if method.sampler == "groups" and type(method.estimator) is not GroupAdvantage:
+        raise ValueError(f"credo method {method.name!r}: verl's advantage estimator receives rewards, masks and "
+                         f"uids only, which {type(method.estimator).__name__} cannot work from")
+    if method.loss.kl_beta > 0:
+        raise ValueError(f"credo method {method.name!r}: kl_beta > 0 needs reference log-probs, which verl's "
+                         "policy loss does not receive; use verl's own actor.use_kl_loss / kl_loss_coef instead")
+
+
+def register_agent_loop(
+    verl_name: str, method: str, *, estimator: Mapping[str, Any] | None = None,
+    loss: Mapping[str, Any] | None = None, **options: Any,
+) -> None:
+    """Add the agent loop of a reset or revision method to verl's agent-loop registry as `verl_name`.
+
+    The entry is what verl's `agent_loop_config_path` YAML would hold: the class path plus constructor
+    keyword arguments (`method`, the switch overrides, and `options` such as `resets={...}`)."""
+    chosen = get_method(method, estimator=estimator, loss=loss)
+    if chosen.sampler not in AGENT_LOOPS:
+        raise ValueError(f"credo method {method!r} samples i.i.d. groups: use verl's own single_turn_agent")
+    require("verl", "verl", "the verl integration")
+    from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+
+    entry = {"_target_": f"credo.integrations.verl_agent.{AGENT_LOOPS[chosen.sampler]}", "method": method}
+    entry.update({k: dict(v) for k, v in (("estimator", estimator), ("loss", loss)) if v})
+    entry.update(options)
+    _agent_loop_registry[verl_name] = entry
+
+
+def _frozen(overrides: Mapping[str, Any] | None) -> tuple:
+    return tuple(sorted((overrides or {}).items()))
+
+
+# --------------------------------------------------------------------------------------------------
+# Tensors: verl's (B, T) layout -> RolloutBatch
+def response_cover(mask: Tensor) -> Tensor:
+    """(B, T) bool: positions up to each row's last masked token.
+
+    verl's `response_mask` may hold leading zeros (a reset continuation's kept prefix) or holes (tool
+    tokens of multi-turn rollouts); credo's `response_mask` is left-aligned, so the batch takes this cover
+    as its response and verl's mask as its loss mask."""
+    positions = torch.arange(mask.shape[1], device=mask.device)  # (T,)
+    last = torch.where(mask, positions, -1).amax(dim=1)  # (B,)
+    return positions.unsqueeze(0) <= last.unsqueeze(1)
+
+
+def group_ids(index: Sequence[Any], device: torch.device | str = "cpu") -> Tensor:
+    """(B,) int64 group ids from verl's per-row prompt uids (in order of first appearance)."""
+    ids: dict[Any, int] = {}
+    return torch.tensor([ids.setdefault(uid, len(ids)) for uid in list(index)], dtype=torch.long, device=device)
+
+
+def advantage_batch(token_level_rewards: Tensor, response_mask: Tensor, index: Sequence[Any]) -> RolloutBatch:
+    """The RolloutBatch an estimator needs from what verl's `compute_advantage` passes: rewards (the sum of
+    the token-level rewards), groups (uids), the response (cover of the mask) and the loss mask (the mask)."""
+    mask = response_mask.bool()
+    B, T = mask.shape
+    if len(index) != B:
+        raise ValueError(f"verl's index has {len(index)} uids for {B} rows")
+    device = token_level_rewards.device
+    return RolloutBatch(
+        response_ids=torch.zeros(B, T, dtype=torch.long, device=device),
+        response_mask=response_cover(mask),
+        group_id=group_ids(index, device),
+        rewards=token_level_rewards.detach().float().sum(dim=-1),
+        old_logp=torch.zeros(B, T, device=device),
+        loss_mask=mask,
+    )
+
+
+def loss_batch(old_log_prob: Tensor, advantages: Tensor, response_mask: Tensor,
+               rollout_is_weights: Tensor | None = None) -> RolloutBatch:
+    """The RolloutBatch a credo loss needs from verl's policy-loss arguments. verl's mask is the loss mask
+    and the trace mask (tool and prefix tokens enter no trace). verl's rollout-correction weights `w >= 0`
+    are folded into the advantages: every credo loss is `w`-homogeneous in `A` (`max(-A r, -A clip(r)) w =
+    max(-(A w) r, -(A w) clip(r))`, likewise for dual clip and REINFORCE), so this is exact."""
+    mask = response_mask.bool()
+    B, T = mask.shape
+    adv = advantages.detach().to(old_log_prob.dtype)
+    if rollout_is_weights is not None:
+        adv = adv * rollout_is_weights.detach().to(adv.dtype)
+    device = old_log_prob.device
+    return RolloutBatch(
+        response_ids=torch.zeros(B, T, dtype=torch.long, device=device),
+        response_mask=response_cover(mask),
+        group_id=torch.zeros(B, dtype=torch.long, device=device),
+        rewards=torch.zeros(B, device=device),
+        old_logp=old_log_prob.detach(),
+        loss_mask=mask,
+        trace_mask=mask,
+        advantages=torch.where(mask, adv, torch.zeros((), dtype=adv.dtype, device=device)),
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# The functions registered with verl
+def advantage_fn(method: Method) -> Callable[..., tuple[Tensor, Tensor]]:
+    """verl's advantage-estimator signature over credo's `method`; returns `(advantages, returns)`.
+
+    Group methods: credo's estimator over the uid groups. `algorithm.norm_adv_by_std_in_grpo=False` turns the
+    std scaling off (`scale="none"`, Dr. GRPO), as for verl's GRPO. Reset and revision methods: the agent
+    loop already ran credo's estimator on the whole group, and each row's score *is* its advantage, spread
+    over `response_mask` (the row's trained tokens); scores that do not add up to 0 over a prompt's rows are
+    a `ValueError` (rewards from another agent loop, read as advantages, would train silently wrong)."""
+    precredited = method.sampler in AGENT_LOOPS
+
+    def compute(token_level_rewards: Tensor, response_mask: Tensor, index: Sequence[Any] | None = None,
+                config: Any = None, **kwargs: Any) -> tuple[Tensor, Tensor]:
+        mask = response_mask.bool()
+        if precredited:
+            row_adv = token_level_rewards.detach().sum(dim=-1)  # (B,)
+            if index is not None:
+                _check_precredited(method.name, row_adv, index)
+            advantages = row_adv.unsqueeze(1) * mask  # (B, T)
+        else:
+            if index is None:
+                raise ValueError(f"credo estimator {method.name!r} needs verl's `index` (prompt uids) to form groups")
+            estimator = method.estimator
+            if config is not None and not config.get("norm_adv_by_std_in_grpo", True):
+                estimator = dataclasses.replace(estimator, scale="none")
+            credited, _ = estimator(advantage_batch(token_level_rewards, response_mask, index))
+            advantages = credited.advantages
+        advantages = advantages.to(token_level_rewards.dtype)
+        return advantages, advantages
+
+    compute.credo_method = method.name
+    compute.__name__ = compute.__qualname__ = f"credo_{method.name}_advantage"
+    return compute
+
+
+def _check_precredited(name: str, row_adv: Tensor, index: Sequence[Any]) -> None:
+    """Group-normalised advantages add up to 0 over each prompt's rows (every base, suffix or revision group
+    does); scores that do not are rewards from another agent loop, which this estimator would misread."""
+    groups = group_ids(index, row_adv.device)
+    sums = torch.zeros(int(groups.max()) + 1, dtype=row_adv.dtype, device=row_adv.device).index_add_(0, groups, row_adv)
+    bad = sums.abs() > 1e-3
+    if bad.any():
+        uid = list(index)[int(torch.nonzero(bad[groups])[0])]
+        raise ValueError(
+            f"credo estimator {name!r}: the scores of prompt {uid!r} add up to {float(sums[bad][0]):.4g}, not 0; it "
+            f"reads per-row advantages from credo's agent loop: set actor_rollout_ref.rollout.agent.default_agent_loop="
+            f"{_verl_name(name)} (and algorithm.use_kl_in_reward=False)")
+
+
+def _verl_name(method: str) -> str:
+    return next((verl for verl, credo in VERL_NAMES.items() if credo == method), f"credo_{method}")
+
+
+def policy_loss_fn(method: Method) -> Callable[..., tuple[Tensor, dict[str, float]]]:
+    """verl's policy-loss signature over credo's loss of `method`; returns `(loss, metrics)`.
+
+    The aggregation must be the method's: `loss_agg_mode` is checked against it (verl applies the same mode
+    to its entropy and KL terms, so one of them silently differing would be a second source of truth).
+    Normalisers come from verl's `config.global_batch_info` (tokens or rows of the whole mini-batch over all
+    data-parallel ranks, divided by `dp_size`, exactly as verl's `agg_loss`), so micro-batches and ranks add
+    up to the mini-batch loss; `loss_scale_factor`, when set, is the Dr. GRPO divisor. Without them (a plain
+    call) the micro-batch normalises itself as credo does. verl's `clip_ratio*` settings do not apply: the
+    method's clip values do (change them with `register_method(..., loss={...})`)."""
+    base = method.loss
+
+    def compute(old_log_prob: Tensor, log_prob: Tensor, advantages: Tensor, response_mask: Tensor,
+                loss_agg_mode: str = "token-mean", config: Any = None,
+                rollout_is_weights: Tensor | None = None) -> tuple[Tensor, dict[str, float]]:
+        if AGG_MODES.get(loss_agg_mode) != base.agg:
+            wanted = next(mode for mode, agg in AGG_MODES.items() if agg == base.agg)
+            raise ValueError(
+                f"credo method {method.name!r} aggregates its loss as {base.agg}, but verl's loss_agg_mode is "
+                f"{loss_agg_mode!r}: set actor_rollout_ref.actor.loss_agg_mode={wanted} (or register a variant "
+                f"with credo.integrations.verl.register_method(..., loss={{'agg': ...}}))"
+            )
+        info = dict(getattr(config, "global_batch_info", None) or {}) if config is not None else {}
+        loss = base
+        if info.get("loss_scale_factor") is not None:
+            loss = dataclasses.replace(loss, norm_len=int(info["loss_scale_factor"]))
+        batch = loss_batch(old_log_prob, advantages, response_mask, rollout_is_weights)
+        out = loss(log_prob, batch, **verl_normalisers(loss.agg, info))
+        return out.loss, {f"credo/{name}": value for name, value in out.metrics.items()}
+
+    compute.credo_method = method.name
+    compute.__name__ = compute.__qualname__ = f"credo_{method.name}_policy_loss"
+    return compute
+
+
+def verl_normalisers(agg: str, info: Mapping[str, Any]) -> dict[str, float]:
+    """credo's `num_tokens` / `num_rows` from verl's `global_batch_info`: verl divides a micro-batch's token
+    sum by `batch_num_tokens / dp_size` (token-mean) and its row sum by `global_batch_size / dp_size`
+    (sequence modes; all rows of the mini-batch). Missing values: none (credo's own normalisation)."""
+    dp_size = float(_number(info.get("dp_size")) or 1.0)
+    if agg == "token_mean":
+        tokens = _number(info.get("batch_num_tokens"))
+        return {} if tokens is None else {"num_tokens": max(tokens, 1.0) / dp_size}
+    rows = _number(info.get("global_batch_size"))
+    return {} if rows is None else {"num_rows": max(rows, 1.0) / dp_size}
+
+
+def _number(value: Any) -> float | None:
+    if value is None:
+        return None
+    return float(value.item() if isinstance(value, Tensor) else value)
