@@ -12,7 +12,8 @@ classes up through it, never with `TASKS.get` directly.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import random
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -95,3 +96,17 @@ def task_class(name: str) -> type:
     if colon and not variant:
         raise ValueError(f"task {family!r} takes no ':' suffix (got {name!r})")
     return cls
+
+
+def seeded_epochs(problems: Sequence[Problem], seed: int, start: int = 0) -> Iterator[Problem]:
+    """An endless stream of epochs over `problems`, each in a fresh order drawn from `seed`, from position `start`
+    (a resumed run continues the same stream)."""
+    rng = random.Random(seed)
+    index = 0
+    while True:
+        order = list(range(len(problems)))
+        rng.shuffle(order)
+        for i in order:
+            if index >= start:
+                yield problems[i]
+            index += 1

@@ -22,7 +22,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from credo.extras import require
-from credo.tasks.base import TASKS, Problem, Verdict
+from credo.tasks.base import TASKS, Problem, Verdict, seeded_epochs
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
@@ -127,15 +127,7 @@ class JsonlTask:
 
     def train_problems(self, seed: int, start: int = 0) -> Iterator[Problem]:
         """Epochs over the training problems, each in a fresh seeded order."""
-        rng = random.Random(seed)
-        index = 0
-        while True:
-            order = list(range(len(self.train)))
-            rng.shuffle(order)
-            for i in order:
-                if index >= start:
-                    yield self._with_instruction(self.train[i])
-                index += 1
+        return map(self._with_instruction, seeded_epochs(self.train, seed, start))
 
     def eval_problems(self) -> list[Problem]:
         return [self._with_instruction(p) for p in self.held_out]

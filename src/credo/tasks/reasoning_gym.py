@@ -27,7 +27,6 @@ import dataclasses
 import difflib
 import logging
 import math
-import random
 from collections.abc import Iterator
 from types import ModuleType
 from typing import Any, Literal
@@ -35,7 +34,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from credo.extras import require
-from credo.tasks.base import TASKS, Problem, Verdict
+from credo.tasks.base import TASKS, Problem, Verdict, seeded_epochs
 from credo.tasks.jsonl import _NUMBER, _last_boxed
 
 log = logging.getLogger(__name__)
@@ -208,15 +207,7 @@ class ReasoningGymTask:
 
     def train_problems(self, seed: int, start: int = 0) -> Iterator[Problem]:
         """Epochs over the training problems, each in a fresh seeded order."""
-        rng = random.Random(seed)
-        index = 0
-        while True:
-            order = list(range(len(self.train)))
-            rng.shuffle(order)
-            for i in order:
-                if index >= start:
-                    yield self.train[i]
-                index += 1
+        return seeded_epochs(self.train, seed, start)
 
     def eval_problems(self) -> list[Problem]:
         """`eval_size` problems from the derived seed whose questions are not in the training set (nor repeats)."""
