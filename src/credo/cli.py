@@ -107,7 +107,7 @@ def evaluate(
 
     from credo.config import ModelConfig
     from credo.evaluate import eval_subset, evaluate_policy
-    from credo.models import load_model, resolve_model_path
+    from credo.models import load_model
     from credo.rollout.backends import make_backend
     from credo.tasks import build_task
     from credo.train import pick_device
@@ -120,8 +120,7 @@ def evaluate(
         _fail(error)
     task = build_task(run_config.task)
     problems = eval_subset(task.eval_problems(), run_config.eval.max_problems)
-    backend = make_backend(run_config.rollout, model, tokenizer, resolve_model_path(model_config),
-                           seed=run_config.train.seed)
+    backend = make_backend(run_config.rollout, model, tokenizer, model_config, seed=run_config.train.seed)
     with torch.no_grad():
         result = evaluate_policy(backend, task, problems, run_config.eval,
                                  max_new_tokens=run_config.rollout.max_new_tokens, seed=run_config.train.seed)

@@ -24,7 +24,7 @@ from credo.evaluate import eval_subset, evaluate_policy
 from credo.io import atomic_directory, write_json_atomic, write_text_atomic
 from credo.methods import Method, get_method
 from credo.microbatch import micro_batches
-from credo.models import export_model, load_model, resolve_model_path
+from credo.models import export_model, load_model
 from credo.policy import policy_logprobs
 from credo.progress import TrainProgress
 from credo.rollout.backends import make_backend
@@ -129,7 +129,7 @@ def build_trainer(config: RunConfig, run: RunDirectory) -> Trainer:
     autocast = config.model.autocast_bf16
     if autocast is None:
         autocast = device.type == "cuda" and torch.cuda.is_bf16_supported()
-    backend = make_backend(config.rollout, model, tokenizer, resolve_model_path(config.model), seed=config.train.seed)
+    backend = make_backend(config.rollout, model, tokenizer, config.model, seed=config.train.seed)
     on_policy = optim.minibatches * optim.epochs == 1 and not getattr(method.estimator, "reads_entropy", False)
     return Trainer(config, run, method, task, model, tokenizer, optimizer, scheduler, device, autocast, backend,
                    on_policy)
@@ -182,16 +182,18 @@ def score(trainer: Trainer, rollout: Rollout) -> RolloutBatch:
     optim = trainer.config.optim
     old_logp = torch.zeros(c.response_ids.shape, device=trainer.device)
     entropy = None if trainer.on_policy else torch.zeros(c.response_ids.shape, device=trainer.device)
-    for rows in [] if trainer.on_policy else micro_batches(
-            c.prompt_mask, c.response_mask, max_rows=optim.micro_batch_size, max_tokens=optim.micro_batch_tokens):
-        with torch.no_grad():
-            logp, part_entropy = policy_logprobs(
-                trainer.model, *(t[rows].to(trainer.device) for t in (c.prompt_ids, c.prompt_mask, c.response_ids, c.response_mask)),
-                temperature=trainer.config.rollout.temperature, chunk_tokens=trainer.config.train.logprob_chunk,
-                with_entropy=True, autocast=trainer.autocast,
-            )
-        old_logp[rows.to(trainer.device)] = logp.float()
-        entropy[rows.to(trainer.device)] = part_entropy.float().clamp(min=0)
+    if not trainer.on_policy:
+        for rows in micro_batches(c.prompt_mask, c.response_mask, max_rows=optim.micro_batch_size,
+                                  max_tokens=optim.micro_batch_tokens):
+            with torch.no_grad():
+                logp, part_entropy = policy_logprobs(
+                    trainer.model, *(t[rows].to(trainer.device) for t in (c.prompt_ids, c.prompt_mask, c.response_ids, c.response_mask)),
+                    temperature=trainer.config.rollout.temperature, chunk_tokens=trainer.config.train.logprob_chunk,
+                    with_entropy=True, autocast=trainer.autocast,
+                )
+            rows = rows.to(trainer.device)
+            old_logp[rows] = logp.float()
+            entropy[rows] = part_entropy.float().clamp(min=0)
     mask = c.response_mask.to(trainer.device)
     blame = None
     if trainer.task.checks_steps:
