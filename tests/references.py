@@ -30,12 +30,16 @@ def aggregate_loop(token_losses, mask, mode, norm_len=None, empty_rows="skip"):
     return sum(kept) / max(denominator, 1) if kept else torch.zeros(())
 
 
-def clipped_token_loss(log_rho, adv, clip_low, clip_high, dual_clip=None, clamp=20.0):
-    """One token of the PPO surrogate, max(-A r, -A clip(r)), with verl's dual clip for A < 0."""
+def clipped_token_loss(log_rho, adv, clip_low, clip_high, dual_clip=None, clamp=20.0, own=None):
+    """One token of the PPO surrogate, max(-A r, -A clip(r)), with verl's dual clip for A < 0. With
+    `own = (d, H)` the token's own ratio exp(d) is clipped too: max(..., -A H clip(exp(d)))."""
     if clamp is not None:
         log_rho = torch.clamp(log_rho, -clamp, clamp)
     r = torch.exp(log_rho)
     loss = torch.maximum(-adv * r, -adv * torch.clamp(r, 1 - clip_low, 1 + clip_high))
+    if own is not None:
+        d, history = own
+        loss = torch.maximum(loss, -adv * history * torch.clamp(torch.exp(d), 1 - clip_low, 1 + clip_high))
     if dual_clip is not None and adv < 0:
         loss = torch.minimum(loss, -adv * dual_clip)
     return loss
@@ -71,22 +75,32 @@ def reference_loss(kind, logp, batch, loss, trace_mask=None):
                 value = clipped_token_loss(log_s, a, loss.clip_low, loss.clip_high, loss.dual_clip, loss.log_ratio_clamp)
             elif kind == "trace":
                 m = trace_mask if trace_mask is not None else batch.response_mask
+                counted = batch.response_mask if loss.trace_norm == "response" else m
                 num = d[t].detach()
                 den = 1.0
                 for k in range(t):
                     if m[b, k]:
                         num = num + loss.lam ** (t - k) * d[k].detach()
+                    if counted[b, k]:
                         den = den + loss.lam ** (t - k)
                 z = num / den if loss.normalize else num
                 history = z - d[t].detach()
-                if loss.clip == "combined":
-                    log_rho = history + d[t]
+                if loss.clip != "combined":
+                    bound = math.log(loss.history_cap)
+                    history = torch.clamp(history, -bound, bound)
+                if loss.clip == "current":
+                    weight = torch.exp(history)
+                    value = clipped_token_loss(d[t], a, loss.clip_low, loss.clip_high, loss.dual_clip, loss.log_ratio_clamp)
                 else:
-                    log_rho = d[t]
-                    weight = torch.clamp(torch.exp(history), max=loss.history_cap)
-                value = clipped_token_loss(log_rho, a, loss.clip_low, loss.clip_high, loss.dual_clip, loss.log_ratio_clamp)
+                    own = (d[t], torch.exp(history)) if loss.clip == "both" else None
+                    value = clipped_token_loss(
+                        history + d[t], a, loss.clip_low, loss.clip_high, loss.dual_clip, loss.log_ratio_clamp, own=own
+                    )
             elif kind == "lambda":
-                w = lambda_weights_loop(n, loss.gamma * loss.lam, loss.style, loss.weight_floor)
+                decay = loss.gamma * loss.lam
+                if loss.lam_length is not None:
+                    decay = decay ** (loss.lam_length / max(n, 1))
+                w = lambda_weights_loop(n, decay, loss.style, loss.weight_floor)
                 if loss.apply == "trace":
                     log_rho = d[t] + sum((w[k] * d[k] for k in range(t) if mask[b, k]), torch.zeros((), dtype=logp.dtype))
                     value = clipped_token_loss(log_rho, a, loss.clip_low, loss.clip_high, loss.dual_clip, loss.log_ratio_clamp)

@@ -32,6 +32,8 @@ def test_weights_depend_on_own_length_only():
 LAMBDA_CASES = [
     LambdaLoss(),
     LambdaLoss(style="recent", lam=0.9),
+    LambdaLoss(style="recent", lam=0.9, lam_length=16),
+    LambdaLoss(style="both", lam=0.8, lam_length=5, apply="weight"),
     LambdaLoss(style="early", lam=0.95, agg="token_mean"),
     LambdaLoss(apply="weight"),
     LambdaLoss(apply="weight", detach_weight=False, style="recent"),

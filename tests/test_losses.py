@@ -61,8 +61,8 @@ LOSS_CASES = [
     ("clip", ClipLoss(log_ratio_clamp=0.1)),
     ("reinforce", ReinforceLoss()),
     ("reinforce", ReinforceLoss(agg="token_mean", kl_beta=0.1)),
-    ("gspo", TraceLoss(kernel="uniform", clip_low=3e-4, clip_high=4e-4)),
-    ("gspo", TraceLoss(kernel="uniform", clip_low=0.05, clip_high=0.1, agg="token_mean")),
+    ("gspo", TraceLoss(kernel="uniform", clip="combined", clip_low=3e-4, clip_high=4e-4)),
+    ("gspo", TraceLoss(kernel="uniform", clip="combined", clip_low=0.05, clip_high=0.1, agg="token_mean")),
 ]
 
 

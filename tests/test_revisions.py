@@ -317,19 +317,33 @@ def ibpo_batch(seed: int, *, with_correct: bool = False) -> tuple[RolloutBatch, 
     return batch, {"rows": rows, "T": T, "resp": resp, "loss": loss, "edit": edit}
 
 
+@pytest.mark.parametrize("edit_credit", ["signed", "edited"])
 @pytest.mark.parametrize("norm", ["response", "trained"])
 @pytest.mark.parametrize("seed", range(40))
-def test_ibpo_credit_matches_loop_reference(seed, norm):
+def test_ibpo_credit_matches_loop_reference(seed, norm, edit_credit):
     batch, info = ibpo_batch(seed, with_correct=seed % 2 == 1)
     rows, T = info["rows"], info["T"]
     B = len(rows)
-    credited, metrics = get_method("ibpo", estimator={"norm": norm}).credit(batch)
+    credited, metrics = get_method("ibpo", estimator={"norm": norm, "edit_credit": edit_credit}).credit(batch)
     shaped = [r["reward"] + 0.6 * (1 - r["reward"]) * r["s"] for r in rows]
     adv = loop_group_advantage(shaped, [r["group"] for r in rows])
     repaired = [not r["correct"] and r["s"] > 0 for r in rows]
-    mask = [[info["loss"][b][t] and (info["edit"][b][t] or not repaired[b]) for t in range(T)] for b in range(B)]
-    # "response": unedited tokens stay in the loss mask (the normaliser) with advantage 0
-    assert credited.loss_mask.tolist() == (info["loss"] if norm == "response" else mask)
+
+    def carries(b, t):
+        # "signed": a repaired failure's edited tokens take min(A, 0), its unedited ones max(A, 0)
+        if not repaired[b]:
+            return True
+        if edit_credit == "signed" and adv[b] > 0:
+            return not info["edit"][b][t]
+        return info["edit"][b][t]
+
+    mask = [[info["loss"][b][t] and carries(b, t) for t in range(T)] for b in range(B)]
+    # "response": unedited tokens stay in the loss mask (the normaliser) with advantage 0. A repaired row
+    # whose A is 0 up to round-off may pick either side under "signed" (its credit is ~0 either way).
+    tied = [repaired[b] and abs(adv[b]) < 1e-5 for b in range(B)]
+    got_mask = credited.loss_mask.tolist()
+    want_mask = info["loss"] if norm == "response" else mask
+    assert [got_mask[b] for b in range(B) if not tied[b]] == [want_mask[b] for b in range(B) if not tied[b]]
     expected = [[adv[b] if mask[b][t] else 0.0 for t in range(T)] for b in range(B)]
     torch.testing.assert_close(credited.advantages, torch.tensor(expected), rtol=1e-5, atol=1e-5)
     # metrics
@@ -386,7 +400,7 @@ def test_shaping_gives_an_all_fail_group_variance():
     a9 = 0.3 / (0.3 + 1e-6)
     expected = torch.tensor([
         [lo, lo, lo],
-        [0.0, hi, 0.0],  # repaired: only the edited token trains
+        [hi, 0.0, 0.0],  # repaired with A > 0: the kept tokens are credited, never the edited one (token 1)
         [lo, 0.0, 0.0],
         [lo, lo, lo],
         [a9, a9, a9],
@@ -401,6 +415,9 @@ def test_shaping_gives_an_all_fail_group_variance():
     assert metrics["credit/revision_success"] == pytest.approx(0.2, abs=1e-6)
     # edited fraction over the repaired rows 1 and 5: (1 + 1) / (2 + 2) = 0.5
     assert metrics["credit/edited_token_frac"] == pytest.approx(0.5)
+    # the earlier reading ("edited") put the positive advantage on the edited token: the mistake
+    edited_reading, _ = get_method("ibpo", estimator={"edit_credit": "edited"}).credit(batch)
+    torch.testing.assert_close(edited_reading.advantages[1], torch.tensor([0.0, hi, 0.0]), rtol=1e-5, atol=1e-6)
     # without shaping (lam = 0) the all-fail group has no signal at all
     plain, plain_metrics = get_method("ibpo", estimator={"lam": 0.0}).credit(batch)
     assert torch.equal(plain.advantages[:4], torch.zeros(4, T))
@@ -463,21 +480,24 @@ def test_ibpo_uses_correct_instead_of_reward_below_one():
     with pytest.raises(ValueError, match="revision_success must be 0 on correct rows"):
         get_method("ibpo").credit(bad)
     # ... while without `correct` the same row (reward 0.9 < 1) is a failure and may be revised.
+    # Shaped R' = [0.5, 0.9 + 0.6 * 0.1 * 0.5, 0] = [0.5, 0.93, 0]: row 1 is above the mean, so its credit
+    # goes to its unedited token 0, never to the edited token 1.
     credited, _ = get_method("ibpo").credit(bad.replace(correct=None))
-    assert (credited.advantages != 0).tolist() == [[True, True], [False, True], [True, True]]
+    assert (credited.advantages != 0).tolist() == [[True, True], [True, False], [True, True]]
 
     # Row 0 scores 1.0 but the verifier rejects it (correct=False): a failure only when `correct` is given.
     # rewards [1.0, 0.5, 0.0], s = [1/3, 0, 0]: shaped R' = [1 + 0.6 * 0 * 1/3, 0.5, 0] = [1, 0.5, 0]
     # (s does not move a reward of 1); mean 0.5, population std sqrt((0.25 + 0 + 0.25)/3) = sqrt(1/6)
-    # -> A = [0.5, 0, -0.5] / (sqrt(1/6) + 1e-6). Row 0 is "repaired": it trains only on its edit mask.
+    # -> A = [0.5, 0, -0.5] / (sqrt(1/6) + 1e-6). Row 0 is "repaired" with A > 0: it trains only on the
+    # token its revision kept (token 1), never on the edited token 0.
     flagged = RolloutBatch(
         rewards=torch.tensor([1.0, 0.5, 0.0]), revision_success=torch.tensor([1 / 3, 0.0, 0.0]),
         correct=torch.tensor([False, True, False]), **base,
     )
     credited, metrics = get_method("ibpo", estimator={"norm": "trained"}).credit(flagged)
     a = 0.5 / (math.sqrt(1 / 6) + 1e-6)
-    assert credited.loss_mask.tolist() == [[True, False], [True, True], [True, True]]
-    torch.testing.assert_close(credited.advantages, torch.tensor([[a, 0.0], [0.0, 0.0], [-a, -a]]), rtol=1e-5, atol=1e-6)
+    assert credited.loss_mask.tolist() == [[False, True], [True, True], [True, True]]
+    torch.testing.assert_close(credited.advantages, torch.tensor([[0.0, a], [0.0, 0.0], [-a, -a]]), rtol=1e-5, atol=1e-6)
     # failures by `correct`: rows 0 and 2 -> mean s = (1/3 + 0) / 2
     assert metrics["credit/revision_success"] == pytest.approx(1 / 6, abs=1e-6)
     with pytest.raises(ValueError, match="revision_success must be 0 on correct rows"):

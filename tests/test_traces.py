@@ -64,8 +64,11 @@ def test_trace_history_matches_loop(seed, lam, normalize):
 
 TRACE_CASES = [
     TraceLoss(lam=0.95),
+    TraceLoss(lam=0.95, clip="combined", trace_norm="trace"),
     TraceLoss(lam=0.9, normalize=False, clip_high=0.28),
     TraceLoss(lam=0.99, clip="current"),
+    TraceLoss(lam=0.99, clip="combined", history_cap=1.5),
+    TraceLoss(lam=0.8, history_cap=1.2, trace_norm="trace"),
     TraceLoss(lam=0.5, agg="token_mean", dual_clip=3.0),
 ]
 

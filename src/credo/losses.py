@@ -8,8 +8,9 @@ importance ratio they build (`importance`):
     l_t = w_t * max(-A_t rho_t, -A_t clip(rho_t, 1 - eps_low, 1 + eps_high))   [+ beta * KL_t]
 
 - `ClipLoss`: `rho_t = pi/pi_old` per token (GRPO, Dr. GRPO, DAPO).
-- `TraceLoss`: `rho_t = exp(Z_t)`, an eligibility trace of log-ratios (P-trace, S-trace) or their
-  uniform mean (GSPO); see `credo.credit.traces`.
+- `TraceLoss`: `rho_t = H_t pi/pi_old`, the token's ratio times a history factor `H_t` from an eligibility
+  trace of the earlier log-ratios (P-trace, S-trace; the token's own ratio is clipped too), or the
+  uniform mean of the row's ratios (GSPO); see `credo.credit.traces`.
 - `LambdaLoss`: GRPO-lambda's traced log-prob ratio, or its per-token weight `w_t`.
 - `ReinforceLoss`: `l_t = -A_t logp_t`, no ratio (the SRPO loss).
 
@@ -26,6 +27,7 @@ SRPO), `seq_mean_token_sum_norm` (Dr. GRPO). Peers differ in details, all switch
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -39,7 +41,22 @@ from credo.registry import Registry
 
 AGGREGATIONS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
 EMPTY_ROWS = ("skip", "count")
-CLIP_MODES = ("combined", "current")
+CLIP_MODES = ("both", "combined", "current")
+TRACE_NORMS = ("response", "trace")
+
+
+@dataclass
+class Importance:
+    """What a clipped loss's `importance()` returns: the ratio to clip and what else shapes the surrogate."""
+
+    log_ratio: Tensor
+    """(B, T) log rho_t, the importance ratio the surrogate clips, with its gradient path."""
+    weight: Tensor | None = None
+    """(B, T) token weight multiplying the clipped loss (GRPO-lambda's weight application), or None."""
+    own_log_ratio: Tensor | None = None
+    """(B, T) the token's own log-ratio `d_t` when `log_ratio` also carries a history: `d_t` is then clipped
+    as well, so no token's own ratio leaves the clip range with a gradient (TraceLoss clip="both")."""
+    metrics: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -206,33 +223,45 @@ class ClippedLoss(PolicyLoss):
         if self.log_ratio_clamp is not None:
             check_range(name, "log_ratio_clamp", self.log_ratio_clamp, 0.0, low_open=True)
 
-    def importance(self, logp: Tensor, batch: RolloutBatch) -> tuple[Tensor, Tensor | None, dict[str, float]]:
-        """(B, T) log importance ratio (with its gradient path), an optional (B, T) token weight, metrics."""
+    def importance(self, logp: Tensor, batch: RolloutBatch) -> Importance:
+        """The importance ratio this loss clips (with its gradient path), and what else shapes the surrogate."""
         raise NotImplementedError
 
     def token_loss(self, logp: Tensor, batch: RolloutBatch) -> tuple[Tensor, dict[str, float]]:
-        log_rho, weight, metrics = self.importance(logp, batch)
+        imp = self.importance(logp, batch)
+        log_rho = imp.log_ratio
         if self.log_ratio_clamp is not None:
             log_rho = log_rho.clamp(-self.log_ratio_clamp, self.log_ratio_clamp)
         ratio = torch.exp(log_rho)
         adv = batch.advantages
-        unclipped = -adv * ratio
-        clipped = -adv * ratio.clamp(1.0 - self.clip_low, 1.0 + self.clip_high)
-        loss = torch.maximum(unclipped, clipped)
+        low, high = 1.0 - self.clip_low, 1.0 + self.clip_high
+        loss = torch.maximum(-adv * ratio, -adv * ratio.clamp(low, high))
         mask = batch.loss_mask
+        metrics = imp.metrics
         with torch.no_grad():
             r = ratio.detach()
-            metrics["clip/low_frac"] = _masked_mean(((r < 1 - self.clip_low) & (adv < 0)).float(), mask)
-            metrics["clip/high_frac"] = _masked_mean(((r > 1 + self.clip_high) & (adv > 0)).float(), mask)
+            out_low, out_high = (r < low) & (adv < 0), (r > high) & (adv > 0)
+            if imp.own_log_ratio is not None:
+                own = torch.exp(imp.own_log_ratio.detach())
+                out_low, out_high = out_low | ((own < low) & (adv < 0)), out_high | ((own > high) & (adv > 0))
+            metrics["clip/low_frac"] = _masked_mean(out_low.float(), mask)
+            metrics["clip/high_frac"] = _masked_mean(out_high.float(), mask)
             metrics["ratio/mean"] = _masked_mean(r, mask)
             metrics["ratio/max"] = float(r[mask].max()) if mask.any() else 1.0
+        if imp.own_log_ratio is not None:
+            # PPO's per-token trust region on the token's own ratio r_t = rho_t / H_t (H_t = sg(rho_t / r_t)):
+            # -A H_t clip(r_t) is constant in logp_t once r_t leaves the range in A's direction, so the
+            # maximum sends no gradient there, whatever the history.
+            own = imp.own_log_ratio
+            history = torch.exp((log_rho - own).detach())
+            loss = torch.maximum(loss, -adv * history * torch.exp(own).clamp(low, high))
         if self.dual_clip is not None:
             bound = -adv * self.dual_clip
             with torch.no_grad():
                 metrics["clip/dual_frac"] = _masked_mean(((loss > bound) & (adv < 0)).float(), mask)
             loss = torch.where(adv < 0, torch.minimum(loss, bound), loss)
-        if weight is not None:
-            loss = loss * weight
+        if imp.weight is not None:
+            loss = loss * imp.weight
         return loss, metrics
 
 
@@ -241,8 +270,8 @@ class ClippedLoss(PolicyLoss):
 class ClipLoss(ClippedLoss):
     """GRPO (arXiv 2402.03300), Dr. GRPO (2503.20783), DAPO (2503.14476): per-token ratio `pi/pi_old`."""
 
-    def importance(self, logp: Tensor, batch: RolloutBatch) -> tuple[Tensor, Tensor | None, dict[str, float]]:
-        return logp - batch.old_logp, None, {}
+    def importance(self, logp: Tensor, batch: RolloutBatch) -> Importance:
+        return Importance(logp - batch.old_logp)
 
 
 @LOSSES.register("trace")
@@ -250,44 +279,70 @@ class ClipLoss(ClippedLoss):
 class TraceLoss(ClippedLoss):
     """P-trace / S-trace (arXiv 2605.05965) and GSPO (arXiv 2507.18071): ratios with a trace of history.
 
-    `log rho_t = sg(Z_t - d_t) + d_t` with `Z` from `credo.credit.traces.trace_history` over the batch's
-    `trace_mask` (None: the response). `clip="combined"` clips `rho_t`; `clip="current"` clips only the
-    current token's ratio and multiplies the loss by the bounded history weight
-    `min(exp(Z_t - d_t), history_cap)`. GSPO is `kernel="uniform"` with clip 3e-4 / 4e-4.
+    With `d_t = logp_t - old_logp_t` and the trace `Z_t` of `credo.credit.traces.trace_history` over the
+    batch's `trace_mask` (None: the response), the history term is `h_t = Z_t - d_t` (no gradient) and
+    the ratio `rho_t = exp(h_t) * pi/pi_old`. What is clipped (`clip`):
+
+    - "both" (default, P-/S-trace): the history factor is bounded, `H_t = clamp(exp(h_t), 1/history_cap,
+      history_cap)`, `rho_t = H_t r_t`, and both the combined ratio `rho_t` and the token's own ratio `r_t`
+      are clipped: `l_t = max(-A rho_t, -A clip(rho_t), -A H_t clip(r_t))`. No token's own ratio leaves
+      PPO's range with a gradient (the paper's *partial trust-region preservation*); the trace reweights
+      each token by at most `history_cap` and extends the trust region over its decayed history.
+    - "combined": only `rho_t = exp(Z_t)` is clipped, unbounded history (the earlier reading). With a
+      normalised trace the token's own ratio weighs `1 / (1 + decayed count)` in `Z_t`, so it can move
+      8-50x before the clip binds: no per-token trust region. GSPO is this mode with `kernel="uniform"`.
+    - "current": only `r_t` is clipped and the loss is weighted by `H_t` (the combined ratio is free).
+
+    `trace_norm` (with `normalize`): "response" divides the trace by the decayed count of all response
+    tokens, so S-trace's unselected tokens count as zeros: its trace is P-trace's with the low-entropy
+    terms removed, and its variance can only fall ("to further mitigate variance"). "trace" divides by the
+    decayed count of the selected tokens only (the earlier reading: an average of fewer terms, which made
+    S-trace's combined ratio 3.4x more variable than P-trace's on toy batches). The two agree for P-trace.
     """
 
     lam: float = 0.95
     """Trace decay in [0, 1] (decay kernel): 0 is GRPO; try 0.9, 0.95, 0.99."""
     normalize: bool = True
     """Normalise the trace by its decayed token count (weighted geometric mean of the ratios)."""
+    trace_norm: str = "response"
+    """The count that normalises the trace: "response" (all response tokens) | "trace" (the trace mask's)."""
     kernel: str = "decay"
     """"decay": causal lam^(t-k) (P-/S-trace) | "uniform": non-causal mean over the row (GSPO)."""
-    clip: str = "combined"
-    """"combined": clip the traced ratio | "current": clip the token ratio, weight by the history."""
+    clip: str = "both"
+    """"both": clip the combined and the token's own ratio, history bounded | "combined": the traced ratio
+    only | "current": the token's own ratio only, weighted by the bounded history."""
     history_cap: float = 2.0
-    """Upper bound of the history weight in clip="current"."""
+    """The history factor exp(h_t) is kept in [1/history_cap, history_cap] ("both", "current"); >= 1."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_range("TraceLoss", "lam", self.lam, 0.0, 1.0)
+        check_choice("TraceLoss", "trace_norm", self.trace_norm, TRACE_NORMS)
         check_choice("TraceLoss", "kernel", self.kernel, KERNELS)
         check_choice("TraceLoss", "clip", self.clip, CLIP_MODES)
-        check_range("TraceLoss", "history_cap", self.history_cap, 0.0, low_open=True)
+        check_range("TraceLoss", "history_cap", self.history_cap, 1.0)
         if self.kernel == "uniform" and not self.normalize:
             raise ValueError("TraceLoss.kernel = 'uniform' needs normalize = True (a uniform sum is unbounded)")
 
-    def importance(self, logp: Tensor, batch: RolloutBatch) -> tuple[Tensor, Tensor | None, dict[str, float]]:
+    def importance(self, logp: Tensor, batch: RolloutBatch) -> Importance:
         d = torch.where(batch.response_mask, logp - batch.old_logp, 0.0)
         trace_mask = batch.trace_mask if batch.trace_mask is not None else batch.response_mask
-        history = trace_history(d, trace_mask, lam=self.lam, normalize=self.normalize, kernel=self.kernel)
+        count_mask = batch.response_mask if self.trace_norm == "response" else trace_mask
+        history = trace_history(
+            d, trace_mask, lam=self.lam, normalize=self.normalize, kernel=self.kernel, count_mask=count_mask
+        )
+        if self.clip != "combined":
+            bound = math.log(self.history_cap)
+            history = history.clamp(-bound, bound)
         history_weight = torch.exp(history)
         metrics = {
             "trace/weight_mean": _masked_mean(history_weight, batch.loss_mask),
             "trace/weight_p99": _masked_quantile(history_weight, batch.loss_mask, 0.99),
         }
         if self.clip == "current":
-            return d, history_weight.clamp(max=self.history_cap), metrics
-        return history + d, None, metrics
+            return Importance(d, weight=history_weight, metrics=metrics)
+        own = d if self.clip == "both" else None
+        return Importance(history + d, own_log_ratio=own, metrics=metrics)
 
 
 @LOSSES.register("grpo_lambda")
@@ -304,6 +359,9 @@ class LambdaLoss(ClippedLoss):
 
     lam: float = 0.99
     gamma: float = 1.0
+    lam_length: int | None = None
+    """None: one decay `gamma * lam` for every row. L: the decay is rescaled to each row's length,
+    `(gamma * lam) ** (L / n)`, so that `lam` is the decay over L tokens (see `row_decay`)."""
     style: str = "both"
     """Positional weights: "recent" d^(n-1-k) | "early" d^k | "both" max(d^(n-k), d^k); d = gamma*lam."""
     apply: str = "trace"
@@ -318,12 +376,14 @@ class LambdaLoss(ClippedLoss):
         check_choice("LambdaLoss", "style", self.style, STYLES)
         check_choice("LambdaLoss", "apply", self.apply, APPLICATIONS)
         check_range("LambdaLoss", "weight_floor", self.weight_floor, 0.0)
+        if self.lam_length is not None:
+            check_range("LambdaLoss", "lam_length", self.lam_length, 1)
 
-    def importance(self, logp: Tensor, batch: RolloutBatch) -> tuple[Tensor, Tensor | None, dict[str, float]]:
+    def importance(self, logp: Tensor, batch: RolloutBatch) -> Importance:
         mask = batch.loss_mask
         weights = positional_weights(
             batch.lengths, batch.width, decay=self.gamma * self.lam, style=self.style,
-            floor=self.weight_floor, dtype=logp.dtype,
+            floor=self.weight_floor, per_length=self.lam_length, dtype=logp.dtype,
         ) * mask  # (B, T)
         d = torch.where(mask, logp - batch.old_logp, 0.0)
         if self.apply == "trace":
@@ -340,4 +400,4 @@ class LambdaLoss(ClippedLoss):
             "trace/weight_mean": _masked_mean(trace_weight, mask),
             "trace/weight_p99": _masked_quantile(trace_weight, mask, 0.99),
         }
-        return log_rho, token_weight, metrics
+        return Importance(log_rho, weight=token_weight, metrics=metrics)

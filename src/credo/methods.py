@@ -89,7 +89,7 @@ def _add(method: Method) -> None:
     METHODS.add(method.name, method)
 
 
-_GSPO_CLIP = {"kernel": "uniform", "clip_low": 3e-4, "clip_high": 4e-4}
+_GSPO_CLIP = {"kernel": "uniform", "clip": "combined", "clip_low": 3e-4, "clip_high": 4e-4}
 
 _add(Method(
     "grpo", "baseline", "2402.03300",

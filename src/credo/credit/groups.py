@@ -111,29 +111,30 @@ class GroupAdvantage:
         """(B,) the rewards to normalise."""
         return batch.rewards, {}
 
-    def loss_mask(self, batch: RolloutBatch, trace_mask: Tensor | None) -> tuple[Tensor, Metrics]:
-        """(B, T) bool: the tokens that train (`trace_mask` is what `trace_mask()` returned)."""
+    def loss_mask(self, batch: RolloutBatch, trace_mask: Tensor | None, adv: Tensor) -> tuple[Tensor, Metrics]:
+        """(B, T) bool: the tokens that train (`trace_mask` is what `trace_mask()` returned, `adv` (B,) the
+        rows' advantages)."""
         return batch.loss_mask, {}
 
     def trace_mask(self, batch: RolloutBatch) -> tuple[Tensor | None, Metrics]:
         """(B, T) bool or None: the tokens whose ratios enter eligibility traces (None: all response tokens)."""
         return batch.trace_mask, {}
 
-    def credit_mask(self, batch: RolloutBatch, loss_mask: Tensor) -> Tensor:
-        """(B, T) bool: the trained tokens that receive their row's advantage (default: all of them). A token
-        in the loss mask but not here still counts in the loss's normaliser, with advantage 0."""
+    def credit_mask(self, batch: RolloutBatch, loss_mask: Tensor, adv: Tensor) -> Tensor:
+        """(B, T) bool: the trained tokens that receive their row's advantage `adv` (B,) (default: all of
+        them). A token in the loss mask but not here still counts in the loss's normaliser, with advantage 0."""
         return loss_mask
 
     def __call__(self, batch: RolloutBatch) -> tuple[RolloutBatch, Metrics]:
         rewards, metrics = self.rewards(batch)
-        trace_mask, trace_metrics = self.trace_mask(batch)
-        loss_mask, mask_metrics = self.loss_mask(batch, trace_mask)
         adv = group_advantages(
             rewards, batch.group_id, scale=self.scale, std_ddof=self.std_ddof, eps=self.eps, std_floor=self.std_floor
         )
         if self.min_advantage is not None:
             adv = adv.clamp(min=self.min_advantage)
-        advantages = adv.unsqueeze(1) * self.credit_mask(batch, loss_mask)  # (B, T)
+        trace_mask, trace_metrics = self.trace_mask(batch)
+        loss_mask, mask_metrics = self.loss_mask(batch, trace_mask, adv)
+        advantages = adv.unsqueeze(1) * self.credit_mask(batch, loss_mask, adv)  # (B, T)
         metrics.update(trace_metrics)
         metrics.update(mask_metrics)
         metrics.update(_advantage_metrics(adv, batch.group_id))

@@ -55,14 +55,14 @@ class OracleBlameAdvantage(GroupAdvantage):
         check_choice("OracleBlameAdvantage", "lucky", self.lucky, LUCKY)
         check_choice("OracleBlameAdvantage", "norm", self.norm, NORMS)
 
-    def loss_mask(self, batch: RolloutBatch, trace_mask: Tensor | None) -> tuple[Tensor, Metrics]:
+    def loss_mask(self, batch: RolloutBatch, trace_mask: Tensor | None, adv: Tensor) -> tuple[Tensor, Metrics]:
         blamed = self._blamed(batch)
         failed = failed_rows(batch)
         share = blamed[failed].sum() / batch.response_mask[failed].sum().clamp(min=1)
         metrics = {"credit/blamed_token_frac": float(share)}
         return (blamed if self.norm == "trained" else batch.loss_mask), metrics
 
-    def credit_mask(self, batch: RolloutBatch, loss_mask: Tensor) -> Tensor:
+    def credit_mask(self, batch: RolloutBatch, loss_mask: Tensor, adv: Tensor) -> Tensor:
         return loss_mask if self.norm == "trained" else self._blamed(batch)
 
     def _blamed(self, batch: RolloutBatch) -> Tensor:

@@ -41,7 +41,7 @@ class ResetAdvantage(GroupAdvantage):
     train_prefix: bool = False
     """The `nomask` variant: suffix rows also train on their prefix tokens."""
 
-    def loss_mask(self, batch: RolloutBatch, trace_mask: Tensor | None) -> tuple[Tensor, Metrics]:
+    def loss_mask(self, batch: RolloutBatch, trace_mask: Tensor | None, adv: Tensor) -> tuple[Tensor, Metrics]:
         if batch.prefix_len is None:
             raise ValueError("reset credit needs RolloutBatch.prefix_len (0 for base rows), but it is None")
         suffix_rows = float((batch.prefix_len > 0).float().mean())

@@ -7,8 +7,21 @@ shaped reward, before group normalisation, is
     R'_i = r_i + lam * (1 - r_i) * s_i        (lam = 0.6: a correct answer still outranks any failure)
 
 so a failure the model can repair is a near miss and is penalised less; an all-fail group with a fixable
-failure gains variance. Optionally only the tokens that the closest successful revision changed (a
-token-level Levenshtein alignment) receive gradient on that failure. Loss: GSPO (default) or GRPO clip.
+failure gains variance. Loss: GSPO (default) or GRPO clip.
+
+The edited-token mask (credo's reading; the paper gives no code). A successful revision is a counterfactual:
+the tokens it had to change (a token-level Levenshtein alignment to the closest successful revision) are
+the failure's mistakes, the tokens it kept are what the attempt got right. Shaping can make a repaired
+failure's group advantage `A` *positive* (always in an all-fail group with one repairable failure; often
+with few correct rows), and putting that `A` on the edited tokens would push up exactly the mistakes the
+revision found. So, on a repaired failure (`edit_credit="signed"`, the default):
+
+    edited tokens:   min(A, 0)      (the mistakes are blamed, never credited)
+    unedited tokens: max(A, 0)      (the near miss's credit goes to what the repair kept; never blamed)
+
+With `A <= 0` (the usual case: a group with correct rows) this is the paper's mask, only the edits train;
+with `A > 0` the credit the shaping earned lands on the kept tokens. `edit_credit="edited"` is the earlier
+reading (`A` on the edited tokens whatever its sign), kept as a switch for comparison.
 """
 
 from __future__ import annotations
@@ -98,25 +111,34 @@ def closest_revision(source: Sequence[int], revisions: Sequence[Sequence[int]]) 
     return distances.index(min(distances))
 
 
+EDIT_CREDIT = ("signed", "edited")
+
+
 @ESTIMATORS.register("revision")
 @dataclass(frozen=True, kw_only=True)
 class RevisionAdvantage(GroupAdvantage):
-    """IBPO's estimator: group advantages of the shaped rewards, edited-token masks on repaired failures."""
+    """IBPO's estimator: group advantages of the shaped rewards; on a repaired failure, the edited tokens
+    are blamed (`min(A, 0)`) and the unedited ones credited (`max(A, 0)`), see the module docstring."""
 
     lam: float = 0.6
     """Weight of the revision success rate in the shaped reward."""
     use_edit_mask: bool = True
-    """Train a failure with a successful revision only on the tokens that revision changed."""
+    """Credit a failure with a successful revision by its edit mask (False: every token gets A)."""
+    edit_credit: str = "signed"
+    """Which tokens of a repaired failure carry its advantage A. "signed": the edited ones when A <= 0,
+    the unedited ones when A > 0 (edits never credited, kept tokens never blamed). "edited": the edited
+    ones whatever A's sign (the earlier reading; it pushes up the mistakes of a failure with A > 0)."""
     norm: str = "response"
-    """How a masked failure is normalised. "response": its unedited tokens stay in the loss mask with
-    advantage 0, so each edited token weighs what it would unmasked. "trained": they leave the loss mask,
-    and a per-sequence mean (GSPO, GRPO) spreads the row's whole advantage over its few edited tokens (a
+    """How a masked failure is normalised. "response": its other tokens stay in the loss mask with
+    advantage 0, so each credited token weighs what it would unmasked. "trained": they leave the loss mask,
+    and a per-sequence mean (GSPO, GRPO) spreads the row's whole advantage over its few credited tokens (a
     row with 2 of 40 tokens edited gives each 20 times the weight: on the testbed this tripled the gradient
     norm and IBPO stopped learning)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_range("RevisionAdvantage", "lam", self.lam, 0.0, 1.0)
+        check_choice("RevisionAdvantage", "edit_credit", self.edit_credit, EDIT_CREDIT)
         check_choice("RevisionAdvantage", "norm", self.norm, ("response", "trained"))
 
     def rewards(self, batch: RolloutBatch) -> tuple[Tensor, Metrics]:
@@ -133,25 +155,32 @@ class RevisionAdvantage(GroupAdvantage):
         }
         return shaped, metrics
 
-    def loss_mask(self, batch: RolloutBatch, trace_mask: Tensor | None) -> tuple[Tensor, Metrics]:
+    def loss_mask(self, batch: RolloutBatch, trace_mask: Tensor | None, adv: Tensor) -> tuple[Tensor, Metrics]:
         if not self.use_edit_mask:
             return batch.loss_mask, {}
-        mask, repaired = self._edited(batch)
+        credited, repaired = self._credited(batch, adv)
         edited = batch.edit_mask[repaired].sum() / batch.response_mask[repaired].sum().clamp(min=1)
-        metrics = {"credit/edited_token_frac": float(edited)}
-        return (mask if self.norm == "trained" else batch.loss_mask), metrics
+        metrics = {
+            "credit/edited_token_frac": float(edited),
+            "credit/repaired_positive_share": float((adv[repaired] > 0).float().mean()) if repaired.any() else 0.0,
+        }
+        return (credited if self.norm == "trained" else batch.loss_mask), metrics
 
-    def credit_mask(self, batch: RolloutBatch, loss_mask: Tensor) -> Tensor:
+    def credit_mask(self, batch: RolloutBatch, loss_mask: Tensor, adv: Tensor) -> Tensor:
         if not self.use_edit_mask or self.norm == "trained":
             return loss_mask
-        return self._edited(batch)[0]
+        return self._credited(batch, adv)[0]
 
-    def _edited(self, batch: RolloutBatch) -> tuple[Tensor, Tensor]:
-        """(B, T) loss mask restricted to the edited tokens on repaired failures, and (B,) which rows those are."""
+    def _credited(self, batch: RolloutBatch, adv: Tensor) -> tuple[Tensor, Tensor]:
+        """(B, T) the loss tokens that carry their row's advantage, and (B,) the repaired failures: on a
+        repaired failure the edited tokens (or, with "signed" and A > 0, the unedited ones), elsewhere all."""
         if batch.edit_mask is None:
             raise ValueError("IBPO with use_edit_mask needs RolloutBatch.edit_mask, but it is None")
         repaired = failed_rows(batch) & (batch.revision_success > 0)  # (B,)
-        return torch.where(repaired.unsqueeze(1), batch.loss_mask & batch.edit_mask, batch.loss_mask), repaired
+        edited = batch.edit_mask
+        if self.edit_credit == "signed":
+            edited = torch.where((adv > 0).unsqueeze(1), ~edited, edited)  # (B, T)
+        return torch.where(repaired.unsqueeze(1), batch.loss_mask & edited, batch.loss_mask), repaired
 
 
 def _groups_given_variance(raw: Tensor, shaped: Tensor, group_id: Tensor) -> float:

@@ -5,19 +5,26 @@ Only the paper's abstract is public; this is credo's reading (README, "Readings 
 
 Each token's importance ratio carries a decayed memory of the earlier tokens' log-ratios, an approximate
 *history* correction that PPO drops and that a full prefix product would make high-variance. With
-`d_t = log pi(y_t) - log pi_old(y_t)` and a trace mask `m` (P-trace: the response; S-trace: the
-high-entropy response tokens), the trace of token `t` includes the token itself with weight 1:
+`d_t = log pi(y_t) - log pi_old(y_t)`, a trace mask `m` (P-trace: the response; S-trace: the
+high-entropy response tokens) and a count mask `c` (the response tokens, or `m`), the trace of token `t`
+includes the token itself with weight 1:
 
-    Z_t = (d_t + sum_{k<t} lam^(t-k) m_k d_k) / (1 + sum_{k<t} lam^(t-k) m_k)    (normalize=True)
+    Z_t = (d_t + sum_{k<t} lam^(t-k) m_k d_k) / (1 + sum_{k<t} lam^(t-k) c_k)    (normalize=True)
     Z_t =  d_t + sum_{k<t} lam^(t-k) m_k d_k                                      (normalize=False)
 
-The normalised trace is a weighted geometric mean of the ratios up to `t`. The combined log-ratio is
-`log rt_t = sg(Z_t - d_t) + d_t`: its value is `Z_t`, its gradient flows through the current token only.
-Identities this reading keeps (METHODS.md sec. 3; tests/test_traces.py): `lam = 0` gives GRPO's
-per-token ratio; with all ratios 1 (first on-policy mini-batch) it is GRPO; a uniform, non-causal,
-normalised kernel over all response tokens, `Z_t = mean_k d_k`, is GSPO's token form.
-(METHODS.md writes the history with exponent `t-1-k` and no current-token term; with that form neither
-the `lam = 0` nor the GSPO identity holds, so the current token enters as the `k = t` term here.)
+With `c` the response mask (credo's default, `TraceLoss.trace_norm="response"`) the sparse S-trace is
+P-trace's trace with the low-entropy terms set to zero: as a linear map of the log-ratios its weights are a
+subset of P-trace's, so under independent log-ratio noise its variance is never larger (the abstract's
+"sparse ... to further mitigate variance"). With `c = m` the trace is a weighted mean over the selected
+tokens only, an average of fewer terms, which raises the variance.
+
+The history term `h_t = Z_t - d_t` enters the loss without gradient; `credo.losses.TraceLoss` bounds it and
+clips the token's own ratio as well as the combined one (a partial trust region). Identities this reading
+keeps (METHODS.md sec. 3; tests/test_traces.py): `lam = 0` gives GRPO's per-token ratio; with all ratios
+1 (first on-policy mini-batch) it is GRPO; a uniform, non-causal, normalised kernel over all response
+tokens, `Z_t = mean_k d_k`, clipped as one ratio, is GSPO's token form. (The exponent `t-1-k` with no
+current-token term breaks both the `lam = 0` and the GSPO identity, so the current token enters as the
+`k = t` term here.)
 """
 
 from __future__ import annotations
@@ -36,7 +43,15 @@ from credo.credit.scan import decayed_cumsum, shift_right
 KERNELS = ("decay", "uniform")
 
 
-def trace_history(log_ratio: Tensor, trace_mask: Tensor, *, lam: float, normalize: bool, kernel: str = "decay") -> Tensor:
+def trace_history(
+    log_ratio: Tensor,
+    trace_mask: Tensor,
+    *,
+    lam: float,
+    normalize: bool,
+    kernel: str = "decay",
+    count_mask: Tensor | None = None,
+) -> Tensor:
     """(B, T) history term `h_t = Z_t - d_t` of the trace (no gradient), so that `log rt = h + d`.
 
     Args:
@@ -45,7 +60,9 @@ def trace_history(log_ratio: Tensor, trace_mask: Tensor, *, lam: float, normaliz
         lam: decay in [0, 1] of the `decay` kernel.
         normalize: divide by the decayed token count (weighted geometric mean) instead of summing.
         kernel: "decay" (causal, `lam^(t-k)`, P-/S-trace) or "uniform" (non-causal mean over the
-            trace mask, GSPO: `Z_t = mean_k d_k`; needs `normalize`, ignores `lam`).
+            trace mask, GSPO: `Z_t = mean_k d_k`; needs `normalize`, ignores `lam` and `count_mask`).
+        count_mask: (B, T) bool, the tokens counted by the normaliser (default: `trace_mask`); the
+            response mask makes unselected tokens count as zeros.
     """
     d = log_ratio.detach()
     m = trace_mask.to(d.dtype)
@@ -55,7 +72,8 @@ def trace_history(log_ratio: Tensor, trace_mask: Tensor, *, lam: float, normaliz
     past = lam * shift_right(decayed_cumsum(d * m, lam))  # (B, T): sum_{k<t} lam^(t-k) m_k d_k
     if not normalize:
         return past
-    count = lam * shift_right(decayed_cumsum(m, lam))  # (B, T): sum_{k<t} lam^(t-k) m_k
+    c = m if count_mask is None else count_mask.to(d.dtype)
+    count = lam * shift_right(decayed_cumsum(c, lam))  # (B, T): sum_{k<t} lam^(t-k) c_k
     return (d + past) / (1.0 + count) - d
 
 
@@ -105,7 +123,7 @@ class EntropySelection(GroupAdvantage):
         share = float(mask.sum() / batch.response_mask.sum().clamp(min=1))
         return mask, {"credit/trace_token_share": share, "credit/entropy_threshold": float(threshold)}
 
-    def loss_mask(self, batch: RolloutBatch, trace_mask: Tensor | None) -> tuple[Tensor, Metrics]:
+    def loss_mask(self, batch: RolloutBatch, trace_mask: Tensor | None, adv: Tensor) -> tuple[Tensor, Metrics]:
         if self.mask_grad == "trace_and_grad":
             return batch.loss_mask & trace_mask, {}
         return batch.loss_mask, {}
