@@ -6,9 +6,9 @@ default thread count):
 - Per method of `credo.METHODS`: the wall time of one credit + loss pass, forward and backward,
   `batch, _ = method.credit(batch)`, `method.policy_loss(logp, batch).loss.backward()`, on one random
   rollout batch per (B, T) that every method accepts (groups of 8 rows, lengths uniform in [T/2, T],
-  binary rewards, entropies, reset prefixes, revision success rates, edit masks). `logp` is a leaf
-  tensor `old_logp + noise` built once, outside the timed region. Median of `--repeats` runs after one
-  warm-up run.
+  binary rewards and verdicts, entropies, reference log-probs, reset prefixes, first wrong steps, revision
+  success rates, edit masks). `logp` is a leaf tensor `old_logp + noise` built once, outside the timed
+  region. Median of `--repeats` runs after one warm-up run.
 - The reference: computing the sampled tokens' log-probs from the logits of a 49,152-word vocabulary,
   forward only (`log_softmax` over the vocabulary, then `gather`), for the same B*T tokens. B*T*V logits
   do not fit in memory (256 * 4096 * 49152 floats are 200 GB), so it is timed once per run on a few
@@ -27,7 +27,7 @@ Target: every method at most 0.05 of the reference on CPU, with an exponent near
 Run from the repository root (the full grid takes about 15 s on 2 CPU cores, most of it the largest batch):
 
     PYTHONPATH=src python benchmarks/credit_overhead.py            # full grid
-    PYTHONPATH=src python benchmarks/credit_overhead.py --quick    # smoke test: B=64, T=1024, one repeat
+    PYTHONPATH=src python benchmarks/credit_overhead.py --quick    # smoke test in seconds (see QUICK_GRID)
 """
 
 from __future__ import annotations
@@ -44,11 +44,13 @@ import torch
 from credo import METHODS, Method, RolloutBatch
 
 GRID = ((64, 1024), (64, 4096), (256, 1024), (256, 4096))
-QUICK_GRID = ((64, 1024),)
+QUICK_GRID = ((16, 256),)
 GROUP_SIZE = 8
 VOCAB = 49_152
 REF_CHUNK_TOKENS = 1024
 REF_CHUNKS = 4
+QUICK_REF_CHUNK_TOKENS = 256
+QUICK_REF_CHUNKS = 2
 LOGP_NOISE = 0.01
 TARGET_RATIO = 0.05
 
@@ -60,7 +62,9 @@ Times = dict[str, dict[Config, float]]
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smoke test: only B=64, T=1024, one repeat")
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke test in seconds: only B=16, T=256, one repeat, 2 reference chunks"
+    )
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per method and (B, T) (default 5)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random batches and logits")
     args = parser.parse_args()
@@ -91,10 +95,13 @@ def random_batch(B: int, T: int, generator: torch.Generator) -> RolloutBatch:
     lengths = torch.randint(T // 2, T + 1, (B,), generator=generator)
     response_mask = torch.arange(T).unsqueeze(0) < lengths.unsqueeze(1)
     rewards = (uniform(B) < 0.5).float()
+    correct = rewards >= 1.0
     success_levels = torch.randint(0, 4, (B,), generator=generator) / 3  # {0, 1/3, 2/3, 1}
     has_prefix = torch.randperm(B, generator=generator) < B // 2
     prefix_len = torch.where(has_prefix, 1 + (uniform(B) * (lengths // 4)).long(), 0)  # [1, n/4] or 0
     old_logp = -torch.empty(B, T).exponential_(generator=generator)
+    ref_logp = -torch.empty(B, T).exponential_(generator=generator)
+    blame_start = (uniform(B) * (lengths + 2)).long() - 1  # -1 (no wrong step located) .. length
     return RolloutBatch(
         response_ids=torch.randint(VOCAB, (B, T), generator=generator),
         response_mask=response_mask,
@@ -102,8 +109,11 @@ def random_batch(B: int, T: int, generator: torch.Generator) -> RolloutBatch:
         rewards=rewards,
         old_logp=torch.where(response_mask, old_logp, 0.0),
         entropy=torch.where(response_mask, 4.0 * uniform(B, T), 0.0),
+        ref_logp=torch.where(response_mask, ref_logp, 0.0),
+        correct=correct,
         prefix_len=prefix_len,
-        revision_success=torch.where(rewards < 1.0, success_levels, 0.0),
+        blame_start=blame_start.clamp(max=lengths),
+        revision_success=torch.where(correct, 0.0, success_levels),
         edit_mask=response_mask & (uniform(B, T) < 0.1),
     )
 
@@ -126,18 +136,19 @@ def time_methods(config: Config, repeats: int, generator: torch.Generator) -> di
     }
 
 
-def reference_seconds_per_token(generator: torch.Generator) -> float:
-    """Median per-token seconds of token log-probs from V-word logits (log_softmax + gather), forward only."""
-    logits = [torch.randn(REF_CHUNK_TOKENS, VOCAB, generator=generator) for _ in range(REF_CHUNKS)]
-    ids = [torch.randint(VOCAB, (REF_CHUNK_TOKENS, 1), generator=generator) for _ in range(REF_CHUNKS)]
+def reference_seconds_per_token(generator: torch.Generator, chunks: int, chunk_tokens: int) -> float:
+    """Median per-token seconds of token log-probs from V-word logits (log_softmax + gather), forward only,
+    over `chunks` chunks of `chunk_tokens` tokens."""
+    logits = [torch.randn(chunk_tokens, VOCAB, generator=generator) for _ in range(chunks)]
+    ids = [torch.randint(VOCAB, (chunk_tokens, 1), generator=generator) for _ in range(chunks)]
 
-    log_probs = torch.empty(REF_CHUNK_TOKENS, VOCAB)  # reused: time the arithmetic, not fresh 200 MB pages
+    log_probs = torch.empty(chunk_tokens, VOCAB)  # reused: time the arithmetic, not fresh 200 MB pages
 
     def token_logp(chunk: int) -> torch.Tensor:
         return torch.log_softmax(logits[chunk], dim=-1, out=log_probs).gather(-1, ids[chunk])
 
     token_logp(0)  # warm-up
-    return statistics.median(timed(token_logp, c) for c in range(REF_CHUNKS)) / REF_CHUNK_TOKENS
+    return statistics.median(timed(token_logp, c) for c in range(chunks)) / chunk_tokens
 
 
 def scaling_exponent(configs: tuple[Config, ...], seconds: list[float]) -> float | None:
@@ -151,7 +162,7 @@ def scaling_exponent(configs: tuple[Config, ...], seconds: list[float]) -> float
     return sum((x - x_mean) * (y - y_mean) for x, y in zip(xs, ys)) / spread
 
 
-def print_header(repeats: int, seconds_per_token: float) -> None:
+def print_header(repeats: int, chunks: int, chunk_tokens: int, seconds_per_token: float) -> None:
     print(f"credo credit + loss overhead: torch {torch.__version__}, {torch.get_num_threads()} threads, float32")
     print(f"methods: credit + policy loss forward + backward, median of {repeats} run(s) after 1 warm-up")
     print(
@@ -159,7 +170,7 @@ def print_header(repeats: int, seconds_per_token: float) -> None:
         "forward only;"
     )
     print(
-        f"  timed once per run on {REF_CHUNKS} chunks of {REF_CHUNK_TOKENS} tokens, median "
+        f"  timed once per run on {chunks} chunks of {chunk_tokens} tokens, median "
         f"{seconds_per_token * 1e9:.1f} ns/token, extrapolated linearly to B*T tokens"
     )
     print("  (B*T*V logits do not fit in memory; the computation is exactly linear in tokens, chunk by chunk;")
@@ -195,9 +206,10 @@ def main() -> None:
     args = parse_args()
     configs = QUICK_GRID if args.quick else GRID
     repeats = 1 if args.quick else args.repeats
+    chunks, chunk_tokens = (QUICK_REF_CHUNKS, QUICK_REF_CHUNK_TOKENS) if args.quick else (REF_CHUNKS, REF_CHUNK_TOKENS)
     generator = torch.Generator().manual_seed(args.seed)
 
-    seconds_per_token = reference_seconds_per_token(generator)
+    seconds_per_token = reference_seconds_per_token(generator, chunks, chunk_tokens)
     reference = {(B, T): seconds_per_token * B * T for B, T in configs}
     times: Times = {name: {} for name in METHODS}
     for config in configs:
@@ -205,7 +217,7 @@ def main() -> None:
         for name, seconds in time_methods(config, repeats, generator).items():
             times[name][config] = seconds
 
-    print_header(repeats, seconds_per_token)
+    print_header(repeats, chunks, chunk_tokens, seconds_per_token)
     print_table(configs, times, reference)
     print_scaling(configs, times, reference)
     worst_method, worst_config = max(

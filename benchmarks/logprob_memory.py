@@ -32,6 +32,7 @@ Run from the repository root (about 30 s on 2 CPU cores, most of it the four (N 
 
     PYTHONPATH=src python benchmarks/logprob_memory.py
     PYTHONPATH=src python benchmarks/logprob_memory.py --tokens 1024 --chunk 256    # smaller
+    PYTHONPATH=src python benchmarks/logprob_memory.py --quick    # smoke test in seconds (sizes of QUICK)
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ import time
 from pathlib import Path
 
 TARGET_RATIO = 0.3
+QUICK = {"tokens": 512, "hidden": 64, "vocab": 8192, "chunk": 64}
+"""Sizes of `--quick`, a smoke test in seconds: full logits of 17 MB against chunks of 2 MB."""
 VARIANTS = ("chunked", "naive")
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
@@ -151,11 +154,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--hidden", type=int, default=576)
     parser.add_argument("--vocab", type=int, default=49152)
     parser.add_argument("--chunk", type=int, default=512)
+    parser.add_argument("--quick", action="store_true", help="smoke test in seconds: QUICK's sizes, for the four above")
     parser.add_argument("--child", choices=VARIANTS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         _child(args.child, args.tokens, args.hidden, args.vocab, args.chunk)
         return
+    if args.quick:
+        vars(args).update(QUICK)
     n, h, v, c = args.tokens, args.hidden, args.vocab, args.chunk
     print(f"tokens={n} hidden={h} vocab={v} chunk={c} float32 CPU; full logits N*V*4 = {n * v * 4 / 1e6:.0f} MB, "
           f"one chunk = {min(c, n) * v * 4 / 1e6:.0f} MB, weight.grad = {v * h * 4 / 1e6:.0f} MB")  # fmt: skip

@@ -13,6 +13,7 @@ Last line: `RESULT prefix_reuse_speedup=<reference time / shared-cache time>` (t
 
     python benchmarks/reset_prefix_reuse.py                 # budget 1024: prefix 768, 256 new tokens (~4 min)
     python benchmarks/reset_prefix_reuse.py --hidden 256 --layers 4
+    python benchmarks/reset_prefix_reuse.py --quick         # smoke test in seconds (sizes of QUICK)
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ import statistics
 import time
 
 import torch
+
+QUICK = {"budget": 32, "seeds": 2, "continuations": 2, "hidden": 64, "layers": 2, "repeats": 1}
+"""Sizes of `--quick`, a smoke test in seconds (the ratio means little at these sizes)."""
 
 
 def build(hidden: int, layers: int, positions: int, vocab: int):
@@ -51,7 +55,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--hidden", type=int, default=512)
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="smoke test in seconds: the sizes of QUICK, for the above")
     args = parser.parse_args(argv)
+    if args.quick:
+        vars(args).update(QUICK)
     prefix_len = 3 * args.budget // 4
     new_tokens = args.budget - prefix_len
     model = build(args.hidden, args.layers, args.budget + 64, vocab=4096)

@@ -43,6 +43,7 @@ for each other); `--threads 1` measures far more steadily there.
     python benchmarks/vs_trl.py                              # the testbed: 16 prompts x 8, 48 tokens, 6 steps
     python benchmarks/vs_trl.py --model smollm2-135m         # SmolLM2-135M-Instruct: 4 x 4, 64 tokens, 4 steps
     python benchmarks/vs_trl.py --steps 4 --prompts 8 --group 4 --max-new-tokens 32
+    python benchmarks/vs_trl.py --quick                      # smoke test in seconds (see QUICK)
 
 Last line: `RESULT credo_over_trl_step_time=<credo median step time / TRL median step time>`, target <= 0.7.
 """
@@ -77,6 +78,10 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 """Job shape per model (a model not named here gets the smollm2-135m shape): the testbed's is
 configs/testbed/grpo.yaml's; SmolLM2's fits a laptop CPU in a few minutes."""
+
+QUICK: dict[str, Any] = {"steps": 2, "prompts": 2, "group": 2, "max_new_tokens": 8, "lr": 1e-4}
+"""Job shape of `--quick`, a smoke test in seconds on benchmarks/_quick.py's tiny untrained testbed model
+(in place of `--model`): one warm-up step and one timed step per side."""
 
 SECTIONS = ("sampling", "verify", "old log-probs", "forward", "backward", "clip + AdamW", "other")
 """Breakdown rows, in step order; "other" is the step time the probes did not cover."""
@@ -550,10 +555,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sequential", action="store_true",
                         help="run one whole trainer, then the other (default: their steps alternate)")
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's own choice)")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke test in seconds: the shape of QUICK on a tiny untrained testbed model")
     args = parser.parse_args(argv)
     if args.steps is not None and args.steps < 2:
         parser.error("--steps must be at least 2 (the first step is a warm-up)")
-    shape = dict(PRESETS.get(args.model, PRESETS["smollm2-135m"]))
+    shape = dict(QUICK if args.quick else PRESETS.get(args.model, PRESETS["smollm2-135m"]))
     for key in shape:
         if getattr(args, key) is not None:
             shape[key] = getattr(args, key)
@@ -565,14 +572,21 @@ def main(argv: list[str] | None = None) -> None:
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    config = load_config(CONFIG, credo_overrides(args.model, seed=args.seed, **shape))
+    from _quick import tiny_testbed
+
     from credo.models import resolve_model_path
 
-    print(f"model directory: {resolve_model_path(config.model)}; load average before: {os.getloadavg()[0]:.2f}")
-    order = ["TRL", "credo"] if args.order == "trl-first" else ["credo", "TRL"]
-    results = run_both(config, order, interleave=not args.sequential)
+    with tiny_testbed() if args.quick else contextlib.nullcontext() as tiny:
+        model = args.model if tiny is None else str(tiny)
+        overrides = credo_overrides(model, seed=args.seed, **shape)
+        if tiny is not None:
+            overrides.append("model.attn_implementation=eager")  # the testbed's, as `load_model` gives it
+        config = load_config(CONFIG, overrides)
+        print(f"model directory: {resolve_model_path(config.model)}; load average before: {os.getloadavg()[0]:.2f}")
+        order = ["TRL", "credo"] if args.order == "trl-first" else ["credo", "TRL"]
+        results = run_both(config, order, interleave=not args.sequential)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
-    ratio = report(config, args.model, results)
+    ratio = report(config, "a tiny untrained testbed model" if args.quick else args.model, results)
     print(f"RESULT credo_over_trl_step_time={ratio:.4f}")
 
 

@@ -120,7 +120,7 @@ def reference_loss(kind, logp, batch, loss, trace_mask=None):
 
 
 def lambda_weights_loop(n, d, style, floor):
-    """GRPO-lambda's positional weights for a row of n tokens (METHODS.md sec. 2)."""
+    """GRPO-lambda's positional weights for a row of n tokens (docs/methods.md sec. 2)."""
     out = []
     for k in range(n):
         if style == "recent":

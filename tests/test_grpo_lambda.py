@@ -1,4 +1,4 @@
-"""GRPO-lambda: positional weights, both applications against loops, and the identities of METHODS.md sec. 2."""
+"""GRPO-lambda: positional weights, both applications against loops, and the identities of docs/methods.md sec. 2."""
 
 from __future__ import annotations
 

@@ -135,6 +135,18 @@ def test_registered_estimators_give_credos_advantages(name):
     assert adv[7].abs().sum() == 0
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_advantages_keep_the_dtype_of_verls_rewards(dtype):
+    token_rewards, mask, index, _ = verl_inputs()
+    token_rewards = token_rewards.to(dtype) * (1 / 3)  # rewards 1/3, 1/6, ...: not exact in float32
+    verl_adv, _ = core_algos.compute_grpo_outcome_advantage(token_rewards, mask, index)
+    cv.register(conventions="verl")
+    adv, returns = core_algos.get_adv_estimator_fn("credo_grpo_verl")(
+        token_level_rewards=token_rewards, response_mask=mask, index=index)
+    assert adv.dtype == returns.dtype == dtype
+    torch.testing.assert_close(adv, verl_adv, rtol=0, atol=1e-12 if dtype == torch.float64 else 1e-6)
+
+
 def test_verls_grpo_and_credos_grpo_agree_with_verls_conventions():
     token_rewards, mask, index, rewards = verl_inputs()
     verl_adv, _ = core_algos.compute_grpo_outcome_advantage(token_rewards, mask, index, epsilon=1e-6)
@@ -148,11 +160,11 @@ def test_verls_grpo_and_credos_grpo_agree_with_verls_conventions():
     torch.testing.assert_close(default[0, 0] / verl_adv[0, 0], torch.tensor((4 / 3) ** 0.5), rtol=1e-5, atol=0)
     # a group of one row: verl gives A = r (mean 0, std 1), credo 0 (a zero-variance group)
     assert verl_adv[7, 0] == pytest.approx(1.0 / (1.0 + 1e-6)) and credo_adv[7].abs().sum() == 0
-    # the same through the registry: a credo variant with verl's conventions
-    cv.register_method("credo_test_grpo_verl", "grpo", estimator={"std_ddof": 1})
+    # the same through the registry with verl's conventions, the group of one row included
+    cv.register_method("credo_test_grpo_verl", "grpo", conventions="verl")
     adv, _ = core_algos.get_adv_estimator_fn("credo_test_grpo_verl")(
         token_level_rewards=token_rewards, response_mask=mask, index=index)
-    torch.testing.assert_close(adv[multi], verl_adv[multi], rtol=0, atol=1e-6)
+    torch.testing.assert_close(adv, verl_adv, rtol=0, atol=1e-6)
     # verl's norm_adv_by_std_in_grpo=False (Dr. GRPO) switches credo's std scaling off too
     verl_dr, _ = core_algos.compute_grpo_outcome_advantage(token_rewards, mask, index, norm_adv_by_std_in_grpo=False)
     config = OmegaConf.create({"norm_adv_by_std_in_grpo": False})
@@ -191,7 +203,7 @@ def test_verls_vanilla_loss_and_credos_clip_loss_agree_with_verls_switches(agg, 
         old, x, adv, mask, agg, actor_config(agg, **info), rollout_is_weights=weights)
     verl_loss.backward()
     name = f"credo_test_clip_verl_{agg}"
-    cv.register_method(name, "grpo", loss={"dual_clip": 3.0, "agg": cv.AGG_MODES[agg]})  # verl's switches
+    cv.register_method(name, "grpo", conventions="verl", loss={"agg": cv.AGG_MODES[agg]})
     y = logp.clone().requires_grad_()
     credo_loss, metrics = core_algos.get_policy_loss_fn(name)(
         old_log_prob=old, log_prob=y, advantages=adv, response_mask=mask, loss_agg_mode=agg,
@@ -251,6 +263,137 @@ def test_global_normalisers_make_micro_batches_add_up_to_the_mini_batch():
     parts = [fn(old[s], logp[s], adv[s], mask[s], "token-mean", actor_config(**info))[0]
              for s in (slice(0, 2), slice(2, 6))]
     torch.testing.assert_close(parts[0] + parts[1], whole, rtol=1e-6, atol=1e-7)
+
+
+# --------------------------------------------------------------------------------------------------
+# verl's conventions: credo's methods registered with conventions="verl" reproduce verl's own GRPO, Dr. GRPO
+# and DAPO (the `grpo` estimator and the `vanilla` loss), through the functions verl's trainer calls
+VERL_CASES = {
+    # credo name: verl's algorithm.norm_adv_by_std_in_grpo, actor.loss_agg_mode, actor.clip_ratio_high
+    "credo_grpo_verl": (True, "seq-mean-token-mean", 0.2),
+    "credo_dapo_verl": (True, "token-mean", 0.28),
+    "credo_dr_grpo_verl": (False, "seq-mean-token-sum-norm", 0.2),
+}
+
+
+def ragged_batch(seed, T=9):
+    """float64 rows in groups of 5, 4, 3, 2, 1 and 1 (uids shuffled) with responses of 1..T tokens, one of them
+    without a loss token and one with a hole in its mask; random rewards on the last response token (group p2
+    all 0.5); log-ratios out to e^+-4, a few beyond the +-20 clamp."""
+    g = torch.Generator().manual_seed(seed)
+    uids = [f"p{i}" for i, size in enumerate([5, 4, 3, 2, 1, 1]) for _ in range(size)]
+    index = np.array([uids[i] for i in torch.randperm(len(uids), generator=g)], dtype=object)
+    B = len(index)
+    lengths = torch.randint(1, T + 1, (B,), generator=g)
+    lengths[1] = T
+    responses = torch.arange(T) < lengths.unsqueeze(1)  # (B, T)
+    mask = responses.clone()
+    mask[0] = False  # no loss token (e.g. an over-long response masked out): verl's trainer counts the row
+    mask[1, 2] = False  # a hole (a tool output in a multi-turn response)
+    rewards = torch.rand(B, generator=g, dtype=torch.float64)
+    rewards[torch.from_numpy(index == "p2")] = 0.5
+    token_rewards = torch.zeros(B, T, dtype=torch.float64)
+    token_rewards[torch.arange(B), lengths - 1] = rewards
+    old = -3 * torch.rand(B, T, generator=g, dtype=torch.float64)
+    logp = old + 1.5 * torch.randn(B, T, generator=g, dtype=torch.float64)
+    logp[2:B:3, 0] += 25 * torch.sign(torch.randn(len(range(2, B, 3)), generator=g, dtype=torch.float64))
+    weights = 2 * torch.rand(B, T, generator=g, dtype=torch.float64)
+    return index, responses, mask, token_rewards, old, logp, weights
+
+
+def verl_ppo_loss(mode, agg, clip_high, loss_scale_factor, rows, responses, mask, old, logp, adv, weights, info):
+    """verl's actor loss (`verl.workers.utils.losses.ppo_loss`, what its engine workers call per micro-batch) on
+    `rows`, padded to their longest response as verl's engine pads a micro-batch; `logp` reaches it as the
+    model's flat per-token output (prompt of 2 tokens, the response's log-probs one position to the left)."""
+    from tensordict import TensorDict
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.config import PolicyLossConfig
+    from verl.workers.utils.losses import ppo_loss
+
+    lengths = responses[rows].sum(dim=1)
+    width = int(lengths.max())
+    B = len(rows)
+    flat = []
+    for b, n in zip(rows, lengths.tolist()):
+        flat += [torch.zeros(1, dtype=logp.dtype), logp[b, :n], torch.zeros(1, dtype=logp.dtype)]
+    fields = {
+        "prompts": torch.zeros(B, 2, dtype=torch.long), "responses": torch.zeros(B, width, dtype=torch.long),
+        "attention_mask": torch.cat([torch.ones(B, 2, dtype=torch.long), responses[rows, :width].long()], dim=1),
+        "response_mask": mask[rows, :width].long(), "old_log_probs": old[rows, :width],
+        "advantages": adv[rows, :width],
+    }
+    if weights is not None:
+        fields["rollout_is_weights"] = weights[rows, :width]
+    data = TensorDict(fields, batch_size=[B])
+    tu.assign_non_tensor(data, **info)
+    config = ActorConfig(strategy="fsdp", rollout_n=1, ppo_micro_batch_size_per_gpu=1, loss_agg_mode=agg,
+                         clip_ratio_low=0.2, clip_ratio_high=clip_high, loss_scale_factor=loss_scale_factor,
+                         policy_loss=PolicyLossConfig(loss_mode=mode))
+    loss, _ = ppo_loss(config, {"log_probs": torch.cat(flat)}, data)
+    return loss
+
+
+@pytest.mark.parametrize("name", list(VERL_CASES))
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("dp_size, weighted", [(1, False), (2, True)])
+def test_verl_conventions_reproduce_verls_grpo_dr_grpo_and_dapo(name, seed, dp_size, weighted):
+    from verl.trainer.config import AlgoConfig
+
+    cv.register(conventions="verl")
+    norm_by_std, agg, clip_high = VERL_CASES[name]
+    index, responses, mask, token_rewards, old, logp, weights = ragged_batch(seed)
+    B = len(index)
+
+    # advantages, as verl's `compute_advantage` calls its own GRPO and a registered estimator
+    verl_adv, _ = core_algos.compute_grpo_outcome_advantage(
+        token_level_rewards=token_rewards, response_mask=mask.long(), index=index,
+        norm_adv_by_std_in_grpo=norm_by_std)
+    credo_adv, _ = core_algos.get_adv_estimator_fn(name)(
+        token_level_rewards=token_rewards, response_mask=mask.long(),
+        config=AlgoConfig(norm_adv_by_std_in_grpo=norm_by_std), index=index)
+    assert credo_adv.dtype == torch.float64
+    torch.testing.assert_close(credo_adv, verl_adv, rtol=0, atol=1e-12)
+    single = torch.from_numpy(np.isin(index, ["p4", "p5"]))  # the groups of one row: A = r / (1 + eps) or r
+    assert (verl_adv[single].abs().sum(dim=1) > 0).all()
+    assert verl_adv[torch.from_numpy(index == "p2")].abs().sum() == 0  # rewards all 0.5
+
+    # losses and gradients: two micro-batches, normalised by the whole mini-batch as verl's engine does
+    info = {"dp_size": dp_size, "batch_num_tokens": int(mask.sum()), "global_batch_size": B}
+    halves = [list(range(0, B // 2)), list(range(B // 2, B))]
+    for loss_scale_factor in [None, 12] if agg == "seq-mean-token-sum-norm" else [None]:
+        results = []
+        for mode, adv in (("vanilla", verl_adv), (name, credo_adv)):
+            x = logp.clone().requires_grad_()
+            losses = [verl_ppo_loss(mode, agg, clip_high, loss_scale_factor, rows, responses, mask, old, x, adv,
+                                    weights if weighted else None, info) for rows in halves]
+            sum(losses).backward()
+            results.append((torch.stack(losses).detach(), x.grad))
+        (verl_losses, verl_grad), (credo_losses, credo_grad) = results
+        assert verl_losses.abs().min() > 1e-5 and verl_grad.abs().sum() > 0  # real losses, not 0 = 0
+        torch.testing.assert_close(credo_losses, verl_losses, rtol=0, atol=1e-12)
+        torch.testing.assert_close(credo_grad, verl_grad, rtol=0, atol=1e-12)
+
+
+def test_verl_conventions_are_switches_of_the_methods():
+    names = cv.register(conventions="verl")
+    assert names == [f"{name}_verl" for name in cv.VERL_NAMES]
+    grpo = core_algos.get_policy_loss_fn("credo_grpo_verl").credo_method
+    assert grpo == "grpo"
+    method = cv.register_method("credo_grpo_verl", "grpo", conventions="verl")  # the same: nothing happens
+    assert (method.estimator.std_ddof, method.estimator.eps) == (1, 1e-6)
+    assert (method.loss.dual_clip, method.loss.log_ratio_clamp, method.loss.empty_rows) == (3.0, 20.0, "count")
+    gspo = cv.register_method("credo_gspo_verl", "gspo", conventions="verl")
+    assert gspo.loss.dual_clip is None  # verl's GSPO loss has no dual clip
+    from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+
+    entry = _agent_loop_registry["credo_srpo_verl"]  # the agent loop runs credo's estimator: with the same switches
+    assert entry["estimator"] == {"std_ddof": 1, "eps": 1e-6} and entry["loss"]["empty_rows"] == "count"
+    override = cv.register_method("credo_test_grpo_verl_c2", "grpo", conventions="verl", loss={"dual_clip": 2.0})
+    assert override.loss.dual_clip == 2.0  # overrides apply after the conventions
+    with pytest.raises(ValueError, match="conventions"):
+        cv.register_method("credo_test_grpo_trl", "grpo", conventions="trl")
+    with pytest.raises(ValueError, match="already registered"):
+        cv.register_method("credo_grpo_verl", "grpo")
 
 
 # --------------------------------------------------------------------------------------------------

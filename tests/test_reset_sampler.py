@@ -142,7 +142,7 @@ def test_separate_normalisation_and_suffix_masks_through_the_credit_estimator():
 
 def test_degenerate_responses_never_crash():
     # A policy that never writes the delimiter (thoughts end at the token cap), empty replies, and an
-    # all-garbage localiser: every rule of METHODS.md sec. 4 applies, nothing crashes, and it is counted.
+    # all-garbage localiser: every rule of docs/methods.md sec. 4 applies, nothing crashes, and it is counted.
     replies = iter(["", "no delimiter here at all", "12345678901234567890"] * 20)
     policy = ScriptedPolicy(lambda p: next(replies), lambda p, a: "", localise=lambda text: "")
     cfg = load_config(None, ["rollout.prompts_per_step=2", "method=srpo",

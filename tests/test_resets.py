@@ -1,4 +1,4 @@
-"""RRPO/SRPO reset credit (METHODS.md sec. 4): suffix masks, separate normalisation, the REINFORCE loss.
+"""RRPO/SRPO reset credit (docs/methods.md sec. 4): suffix masks, separate normalisation, the REINFORCE loss.
 
 References are plain Python loops over rows and tokens; hand examples carry their derivation.
 """

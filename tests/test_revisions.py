@@ -1,4 +1,4 @@
-"""IBPO revision credit (METHODS.md sec. 5): shaped rewards, Levenshtein tables, edit masks, masks per row.
+"""IBPO revision credit (docs/methods.md sec. 5): shaped rewards, Levenshtein tables, edit masks, masks per row.
 
 References are plain Python loops (nested-loop Levenshtein DP, a hand-written backtrack following the
 documented tie-break rule, per-group mean / std loops); hand cases carry their derivation.

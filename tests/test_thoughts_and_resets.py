@@ -96,10 +96,20 @@ def test_draws_needed_never_passes_twelve():
         ("the error is in step 2, so \\boxed{2}", 5, (2, "boxed")),
         ("\\boxed{3} no wait \\boxed{4}", 5, (4, "boxed")),  # the last boxed integer
         ("\\boxed{0}", 5, (1, "boxed")),  # 0 means 1
-        ("\\boxed{9}", 5, (1, "fallback")),  # out of range and no Step mention
-        ("Step 3 looks fine but Step 7 is wrong \\boxed{9}", 5, (5, "step")),  # last Step N, clamped
-        ("garbage", 5, (1, "fallback")),
+        ("\\boxed{+3}", 5, (3, "boxed")),  # a sign is allowed
         ("\\boxed{ 2 }", 2, (2, "boxed")),
+        ("\\boxed{5}", 5, (5, "boxed")),  # the last thought is in range
+        ("\\boxed{9}", 5, (1, "fallback")),  # out of range and no Step mention
+        ("\\boxed{12}, i.e. Step 2", 5, (2, "step")),  # an out-of-range box falls through to Step N
+        ("\\boxed{-2}, i.e. Step 2", 5, (2, "step")),
+        ("\\boxed{2} or rather \\boxed{12}", 5, (1, "fallback")),  # only the last box is read (SRPO code)
+        ("\\boxed{\\text{3}}", 5, (1, "fallback")),  # not an integer
+        ("the first error is in Step 4", 5, (4, "step")),
+        ("Step 3 looks fine but Step 7 is wrong \\boxed{9}", 5, (1, "fallback")),  # last Step N out of range
+        ("Step 12", 5, (1, "fallback")),  # out of range: rejected like a box, not clamped
+        ("Step 2 or Step 12", 5, (1, "fallback")),  # only the last mention is read (SRPO code)
+        ("Step3", 5, (1, "fallback")),  # "Step N" needs a space (SRPO code)
+        ("garbage", 5, (1, "fallback")),
     ],
 )
 def test_parse_step(text, n, want):

@@ -1,4 +1,4 @@
-"""P-trace, S-trace and GSPO: the scan, the trace, the selection, and the identities of METHODS.md sec. 3."""
+"""P-trace, S-trace and GSPO: the scan, the trace, the selection, and the identities of docs/methods.md sec. 3."""
 
 from __future__ import annotations
 

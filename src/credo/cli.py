@@ -223,7 +223,7 @@ def demo(
         f"[bold]One prompt, {len(REWARDS)} responses of {TOKENS} tokens, rewards {list(REWARDS)}.[/bold]\n"
         "Credit of a token = -B * dLoss/dlogp: how hard the update pushes its log-prob up (+) or down (-).\n"
         f"Reset methods: the rows continue a failed seed's first {PREFIX} tokens (prefix gets no credit).\n"
-        "IBPO: row 1 is repairable (2 of 3 revisions verify) and only its edited tokens 4-5 train."
+        "IBPO: row 1 is repairable (2 of 3 revisions verify); its advantage is negative, so only its edited tokens 4-5 are blamed."
     )
     for title, credit in (
         ("first mini-batch (pi = pi_old): trace methods equal GRPO", result.first_minibatch),

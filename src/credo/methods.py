@@ -123,12 +123,12 @@ _add(Method(
 ))
 _add(Method(
     "p_trace", "trace", "2605.05965",
-    "each token's ratio carries a decayed mean of the earlier ratios (a partial trust region)",
+    "each token's ratio carries a bounded, decayed mean of the earlier ratios; own and combined ratio clipped",
     "groups", GroupAdvantage(), TraceLoss(lam=0.95, clip_high=0.28),
 ))
 _add(Method(
     "s_trace", "trace", "2605.05965",
-    "P-trace whose trace keeps only the top-20% entropy tokens",
+    "P-trace whose trace keeps only the top-20% entropy tokens' ratios (the others count as zeros)",
     "groups", EntropySelection(), TraceLoss(lam=0.95, clip_high=0.28),
 ))
 _add(Method(
@@ -148,7 +148,7 @@ _add(Method(
 ))
 _add(Method(
     "ibpo", "revision", "2605.16302",
-    "failures the policy can repair from a sibling are penalised less; only edited tokens train",
+    "failures the policy can repair from a sibling are penalised less; their edits are blamed, never credited",
     "revisions", RevisionAdvantage(), TraceLoss(**_GSPO_CLIP),
 ))
 _add(Method(

@@ -3,10 +3,11 @@
 `A_i = (r_i - mean_g r) / (std_g r + eps)` over the rows of `i`'s group `g`, broadcast to the row's
 trained tokens. Groups are given by `group_id` and may have any sizes.
 
-Conventions (METHODS.md sec. 0), all switches of `GroupAdvantage`:
+Conventions (docs/methods.md sec. 0), all switches of `GroupAdvantage`:
 - credo (default): population std (`std_ddof=0`), `eps=1e-6`.
 - verl `compute_grpo_outcome_advantage`: `std_ddof=1`, `eps=1e-6`. (verl gives a group of one row
-  `A = r`; credo gives it `A = 0`, as for every zero-variance group.)
+  `A = r / (1 + eps)`; credo gives it `A = 0`, as for every zero-variance group, except under the verl
+  integration's `conventions="verl"`.)
 - TRL `GRPOTrainer`: `std_ddof=1`, `eps=1e-4`; `scale_rewards="batch"` is `scale="batch_std"`.
 - SRPO code: `std_ddof=0`, `eps=0`, `std_floor=1e-8` (advantage 0 where the std is below 1e-8).
 - Dr. GRPO: `scale="none"`.

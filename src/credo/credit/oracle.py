@@ -10,7 +10,7 @@ or only before its wrong step (`lucky="before"`, nothing on and after the step).
 located step (`blame_start = -1`) are blamed whole. `norm="response"` keeps the unblamed tokens in the
 loss mask with advantage 0 (each blamed token weighs what it would under GRPO); `norm="trained"` drops
 them from the loss mask, so a per-sequence mean spreads the row's advantage over the blamed tokens only.
-TESTBED.md round 3 measured this in a hard regime: greedy 89.8 against 76.9 for GRPO at equal tokens.
+docs/testbed.md sec. 3 reports this in a hard regime: greedy 89.8 against 76.9 for GRPO at equal tokens.
 """
 
 from __future__ import annotations

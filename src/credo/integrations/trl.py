@@ -52,10 +52,10 @@ from torch import Tensor
 
 from credo.batch import RolloutBatch
 from credo.checks import check_choice
-from credo.credit import EntropySelection, GroupAdvantage, OracleBlameAdvantage
+from credo.credit import EntropySelection, OracleBlameAdvantage
 from credo.credit.base import Metrics
 from credo.extras import require
-from credo.losses import ClippedLoss
+from credo.integrations.conventions import convention_switches
 from credo.methods import Method, get_method
 from credo.tasks.base import Problem, Task
 
@@ -135,8 +135,8 @@ def resolve_method(
     args: GRPOConfig | None = None,
 ) -> Method:
     """The credo method to run inside TRL: checked to fit TRL's i.i.d. groups, with TRL's `beta` as its KL weight,
-    the `conventions="trl"` switches (see `CredoGRPOTrainer`), then `credo_overrides` (`{"credit": {...}, "loss":
-    {...}}`)."""
+    the `conventions="trl"` switches (`credo.integrations.conventions.PRESETS["trl"]` and `norm_len =
+    max_completion_length`), then `credo_overrides` (`{"credit": {...}, "loss": {...}}`)."""
     check_choice("CredoGRPOTrainer", "credo_conventions", conventions, CONVENTIONS)
     method = get_method(credo_method) if isinstance(credo_method, str) else credo_method
     check_supported(method)
@@ -148,16 +148,10 @@ def resolve_method(
     if "kl_beta" in loss:
         raise ValueError("credo_overrides['loss']['kl_beta']: the KL weight is GRPOConfig.beta in TRL (TRL then "
                          "computes the reference log-probs); set beta there")
-    base_credit: dict[str, Any] = {}
-    base_loss: dict[str, Any] = {"kl_beta": args.beta if args is not None else 0.0}
-    if conventions == "trl":
-        if isinstance(method.estimator, GroupAdvantage):
-            base_credit.update(std_ddof=1, eps=1e-4)
-        base_loss.update(empty_rows="count")
-        if args is not None:
-            base_loss["norm_len"] = args.max_completion_length
-        if isinstance(method.loss, ClippedLoss):
-            base_loss["log_ratio_clamp"] = None
+    base_credit, base_loss = convention_switches(method, conventions)
+    base_loss["kl_beta"] = args.beta if args is not None else 0.0
+    if conventions == "trl" and args is not None:
+        base_loss["norm_len"] = args.max_completion_length  # TRL's dr_grpo divisor
     return method.with_overrides(estimator={**base_credit, **credit}, loss={**base_loss, **loss})
 
 

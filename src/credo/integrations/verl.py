@@ -14,6 +14,8 @@ them like verl's own:
 verl looks estimators and losses up in each of its processes (the trainer and every actor worker are Ray
 actors), so registration must run in each: set `VERL_USE_EXTERNAL_MODULES=credo.integrations.verl_plugin`
 in the environment of every node (verl imports the named modules whenever it is imported).
+`register(conventions="verl")` (in such a module) adds `credo_grpo_verl`, ... with verl's own conventions
+(`CONVENTIONS`), which reproduce verl's `grpo` estimator and `vanilla` loss.
 
 What verl passes, and so what the adapters can use (verl 0.9.1):
 - estimator: `token_level_rewards` (B, T) (the row reward is their sum), `response_mask` (B, T), `index`
@@ -42,8 +44,10 @@ import torch
 from torch import Tensor
 
 from credo.batch import RolloutBatch
+from credo.checks import check_choice
 from credo.credit import GroupAdvantage
 from credo.extras import require
+from credo.integrations.conventions import convention_switches
 from credo.methods import Method, get_method
 
 VERL_VERSION = "0.9.1"
@@ -84,6 +88,11 @@ AGG_MODES = {
 AGENT_LOOPS = {"resets": "ResetAgentLoop", "revisions": "RevisionAgentLoop"}
 """credo sampler -> its verl agent loop class in `credo.integrations.verl_agent`."""
 
+CONVENTIONS = ("credo", "verl")
+"""`conventions` of `register` / `register_method`: credo's defaults, or verl's own (`credo.integrations.
+conventions.PRESETS["verl"]` plus `single_row_advantages`), with which `credo_grpo` and `credo_dr_grpo`
+compute what verl's `grpo` estimator and `vanilla` loss compute."""
+
 _registered: dict[str, tuple] = {}
 
 
@@ -94,12 +103,16 @@ def _core_algos():
     return core_algos
 
 
-def register(*, agent_loops: bool = True) -> list[str]:
+def register(*, conventions: str = "credo", agent_loops: bool = True) -> list[str]:
     """Register every method of `VERL_NAMES` with verl (and, with `agent_loops`, the agent loops of the
-    reset and revision methods); idempotent. Returns the registered names."""
-    for verl_name, method in VERL_NAMES.items():
-        register_method(verl_name, method, agent_loop=agent_loops)
-    return list(VERL_NAMES)
+    reset and revision methods); idempotent. Returns the registered names: those of `VERL_NAMES`, with
+    `conventions="verl"` each followed by `_verl` (`credo_grpo_verl`, ...), so that both sets can live side
+    by side (credo's plugin registers the plain names in every verl process)."""
+    suffix = "" if conventions == "credo" else f"_{conventions}"
+    names = [verl_name + suffix for verl_name in VERL_NAMES]
+    for name, method in zip(names, VERL_NAMES.values()):
+        register_method(name, method, conventions=conventions, agent_loop=agent_loops)
+    return names
 
 
 def register_method(
@@ -108,33 +121,45 @@ def register_method(
     *,
     estimator: Mapping[str, Any] | None = None,
     loss: Mapping[str, Any] | None = None,
+    conventions: str = "credo",
     agent_loop: bool = True,
 ) -> Method:
     """Register credo's `method` (with switch overrides, as `get_method` takes them) under `verl_name`, as an
     advantage estimator, a policy loss and, for reset and revision methods, an agent loop.
 
-    Registering the same name again with the same method and overrides does nothing; with different ones
-    it is a `ValueError` (verl's registries hold one function per name). For example, in a module named by
+    `conventions="verl"` applies verl's conventions first (`CONVENTIONS`), then the overrides. Registering the
+    same name again with the same method, conventions and overrides does nothing; with different ones it is a
+    `ValueError` (verl's registries hold one function per name). For example, in a module named by
     `VERL_USE_EXTERNAL_MODULES`: `register_method("credo_p_trace_90", "p_trace", loss={"lam": 0.9})`.
     """
-    key = (method, _frozen(estimator), _frozen(loss), agent_loop)
+    key = (method, conventions, _frozen(estimator), _frozen(loss), agent_loop)
+    estimator, loss = method_switches(method, conventions=conventions, estimator=estimator, loss=loss)
+    chosen = get_method(method, estimator=estimator, loss=loss)
     if verl_name in _registered:
         if _registered[verl_name] != key:
             raise ValueError(f"verl name {verl_name!r} is already registered for credo method "
                              f"{_registered[verl_name][0]!r} with other switches; pick another name")
-        return get_method(method, estimator=estimator, loss=loss)
-    chosen = get_method(method, estimator=estimator, loss=loss)
+        return chosen
     check_supported(chosen)
     core = _core_algos()
     existing = core.ADV_ESTIMATOR_REGISTRY.get(verl_name)
     if existing is not None and getattr(existing, "credo_method", None) is None:
         raise ValueError(f"verl already has an advantage estimator {verl_name!r} that is not credo's")
-    core.ADV_ESTIMATOR_REGISTRY[verl_name] = advantage_fn(chosen)
+    core.ADV_ESTIMATOR_REGISTRY[verl_name] = advantage_fn(chosen, verl_single_rows=conventions == "verl")
     core.POLICY_LOSS_REGISTRY[verl_name] = policy_loss_fn(chosen)
     if agent_loop and chosen.sampler in AGENT_LOOPS:
         register_agent_loop(verl_name, method, estimator=estimator, loss=loss)
     _registered[verl_name] = key
     return chosen
+
+
+def method_switches(method: str, *, conventions: str = "credo", estimator: Mapping[str, Any] | None = None,
+                    loss: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The estimator and loss switches of credo's `method` under `conventions` (one of `CONVENTIONS`), with
+    the overrides `estimator` / `loss` applied last."""
+    check_choice("credo.integrations.verl", "conventions", conventions, CONVENTIONS)
+    preset_estimator, preset_loss = convention_switches(get_method(method), conventions)
+    return {**preset_estimator, **(estimator or {})}, {**preset_loss, **(loss or {})}
 
 
 def check_supported(method: Method) -> None:
@@ -194,7 +219,8 @@ def group_ids(index: Sequence[Any], device: torch.device | str = "cpu") -> Tenso
 
 def advantage_batch(token_level_rewards: Tensor, response_mask: Tensor, index: Sequence[Any]) -> RolloutBatch:
     """The RolloutBatch an estimator needs from what verl's `compute_advantage` passes: rewards (the sum of
-    the token-level rewards), groups (uids), the response (cover of the mask) and the loss mask (the mask)."""
+    the token-level rewards, in their dtype, as verl's `token_level_rewards.sum(dim=-1)`), groups (uids), the
+    response (cover of the mask) and the loss mask (the mask)."""
     mask = response_mask.bool()
     B, T = mask.shape
     if len(index) != B:
@@ -204,7 +230,7 @@ def advantage_batch(token_level_rewards: Tensor, response_mask: Tensor, index: S
         response_ids=torch.zeros(B, T, dtype=torch.long, device=device),
         response_mask=response_cover(mask),
         group_id=group_ids(index, device),
-        rewards=token_level_rewards.detach().float().sum(dim=-1),
+        rewards=token_level_rewards.detach().sum(dim=-1),
         old_logp=torch.zeros(B, T, device=device),
         loss_mask=mask,
     )
@@ -236,10 +262,12 @@ def loss_batch(old_log_prob: Tensor, advantages: Tensor, response_mask: Tensor,
 
 # --------------------------------------------------------------------------------------------------
 # The functions registered with verl
-def advantage_fn(method: Method) -> Callable[..., tuple[Tensor, Tensor]]:
-    """verl's advantage-estimator signature over credo's `method`; returns `(advantages, returns)`.
+def advantage_fn(method: Method, *, verl_single_rows: bool = False) -> Callable[..., tuple[Tensor, Tensor]]:
+    """verl's advantage-estimator signature over credo's `method`; returns `(advantages, returns)` in the dtype
+    of `token_level_rewards`.
 
-    Group methods: credo's estimator over the uid groups. `algorithm.norm_adv_by_std_in_grpo=False` turns the
+    Group methods: credo's estimator over the uid groups (with `verl_single_rows`, a group of one row gets
+    verl's advantage, `single_row_advantages`). `algorithm.norm_adv_by_std_in_grpo=False` turns the
     std scaling off (`scale="none"`, Dr. GRPO), as for verl's GRPO. Reset and revision methods: the agent
     loop already ran credo's estimator on the whole group, and each row's score *is* its advantage, spread
     over `response_mask` (the row's trained tokens); scores that do not add up to 0 over a prompt's rows are
@@ -261,13 +289,31 @@ def advantage_fn(method: Method) -> Callable[..., tuple[Tensor, Tensor]]:
             if config is not None and not config.get("norm_adv_by_std_in_grpo", True):
                 estimator = dataclasses.replace(estimator, scale="none")
             credited, _ = estimator(advantage_batch(token_level_rewards, response_mask, index))
-            advantages = credited.advantages
+            advantages = single_row_advantages(estimator, credited) if verl_single_rows else credited.advantages
         advantages = advantages.to(token_level_rewards.dtype)
         return advantages, advantages
 
     compute.credo_method = method.name
     compute.__name__ = compute.__qualname__ = f"credo_{method.name}_advantage"
     return compute
+
+
+def single_row_advantages(estimator: GroupAdvantage, batch: RolloutBatch) -> Tensor:
+    """(B, T) `batch.advantages` with verl's advantage for the rows of groups of one row.
+
+    verl's `compute_grpo_outcome_advantage` gives such a group mean 0 and std 1 (`id2mean = torch.tensor(0.0)`,
+    `id2std = torch.tensor(1.0)`), so `A = r / (1 + eps)`, or `A = r` without std scaling; credo's estimator
+    gives 0, as to every group without spread. verl adds `eps` to a float32 1.0, so the divisor here is
+    rounded to float32 too. `min_advantage` clamps as in `GroupAdvantage`."""
+    _, inverse, counts = torch.unique(batch.group_id, return_inverse=True, return_counts=True)
+    single = counts[inverse] == 1  # (B,)
+    rows = batch.rewards
+    if estimator.scale != "none":
+        rows = rows / float(torch.tensor(1.0, dtype=torch.float32) + estimator.eps)
+    if estimator.min_advantage is not None:
+        rows = rows.clamp(min=estimator.min_advantage)
+    own = rows.unsqueeze(1) * batch.loss_mask  # (B, T)
+    return torch.where(single.unsqueeze(1), own.to(batch.advantages.dtype), batch.advantages)
 
 
 def _check_precredited(name: str, row_adv: Tensor, index: Sequence[Any]) -> None:

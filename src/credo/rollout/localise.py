@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import re
 
+from credo.tasks.jsonl import last_boxed
+
 LOCALISE_PROMPT = (
     "The solution below to the problem has a wrong final answer. Find the step where the reasoning first "
     "went wrong: the originating error, not the step where it shows. Do not solve the problem again. "
@@ -24,8 +26,8 @@ LOCALISE_PROMPT = (
 )
 """The self-localisation prompt (`{problem}`, `{steps}`: one `Step i: ...` line per thought)."""
 
-_BOXED_INT = re.compile(r"\\boxed\{\s*(-?\d+)\s*\}")
-_STEP = re.compile(r"[Ss]tep\s*(\d+)")
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_STEP = re.compile(r"[Ss]tep\s+([0-9]+)")
 
 
 STEP_FORMAT = "Step {i}: {thought}\n"
@@ -43,18 +45,24 @@ def localisation_prompt(problem: str, thoughts: list[str], template: str = LOCAL
 
 
 def parse_step(text: str, n: int) -> tuple[int, str]:
-    """The localised step `k` in `[1, n]` from a localiser's reply, and how it was read.
+    """The localised step `k` in `[1, n]` from a localiser's reply, and which rule read it.
 
-    The last boxed integer in `[0, n]` (0 means 1), else the last "Step N" mentioned, else 1 ("fallback");
-    the result is clamped to `[1, n]`.
+    The rules of the SRPO code (`ThoughtICSAgentLoop._parse_error_step`, training/thought_ics_agent_loop.py),
+    each tried only when the one before reads nothing in range:
+    1. "boxed": the content of the last `\\boxed{...}` (braces balanced), if it is an integer (sign allowed:
+       `\\boxed{+3}` is 3) in `[0, n]`; 0 means 1. Earlier boxes are not read.
+    2. "step": the last "Step N" mentioned (a space before N), if N is in `[1, n]`. Earlier mentions are not read.
+    3. "fallback": 1.
+    (SRPO reads `\\boxed{0}` as "no error" and stops correcting; a seed here is a known failure, so 0 resets
+    to the first thought.)
 
-    >>> parse_step("It is step 2. \\\\boxed{3}", 5), parse_step("Step 4 is wrong", 5), parse_step("??", 5)
+    >>> parse_step("It is step 2. \\\\boxed{3}", 5), parse_step("Step 4 is wrong", 5), parse_step("Step 12", 5)
     ((3, 'boxed'), (4, 'step'), (1, 'fallback'))
     """
-    boxed = [int(x) for x in _BOXED_INT.findall(text) if 0 <= int(x) <= n]
-    if boxed:
-        return max(1, boxed[-1]), "boxed"
+    boxed = (last_boxed(text) or "").strip()
+    if _INTEGER.fullmatch(boxed) and 0 <= int(boxed) <= n:
+        return max(1, int(boxed)), "boxed"
     steps = _STEP.findall(text)
-    if steps:
-        return min(max(1, int(steps[-1])), n), "step"
+    if steps and 1 <= int(steps[-1]) <= n:
+        return int(steps[-1]), "step"
     return 1, "fallback"

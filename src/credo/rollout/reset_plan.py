@@ -7,7 +7,7 @@ needs seeds), the prompt falls back to one plain group of `seeds * continuations
 its draws (i.i.d. samples of the current policy, so reusing them costs no bias and saves generation; the
 SRPO code draws fresh ones).
 
-Splits (METHODS.md sec. 4): `1x4` one seed, a base group of 4 and 4 continuations (8 trained rows);
+Splits (docs/methods.md sec. 4): `1x4` one seed, a base group of 4 and 4 continuations (8 trained rows);
 `2x4` two seeds with 4 continuations each, no base group; `1x8` one seed and 8 continuations;
 `nomask` is `1x4` whose suffix rows also train on their prefix.
 """

@@ -1,4 +1,4 @@
-"""The reset sampler of RRPO and SRPO (arXiv 2605.25507; METHODS.md sec. 4).
+"""The reset sampler of RRPO and SRPO (arXiv 2605.25507; docs/methods.md sec. 4).
 
 For every prompt of a step, batched across prompts:
 1. Draw fresh rollouts (thought MDP episodes) in a few batched rounds, at most `max_draws`; plan seeds and

@@ -1,4 +1,4 @@
-"""IBPO's revision sampler (arXiv 2605.16302; METHODS.md sec. 5).
+"""IBPO's revision sampler (arXiv 2605.16302; docs/methods.md sec. 5).
 
 1. Sample i.i.d. groups as GRPO does (`credo.rollout.groups.sample_groups`).
 2. For every failed response, choose `K-1` sibling references (correct siblings first;

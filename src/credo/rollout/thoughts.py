@@ -1,4 +1,4 @@
-"""The thought MDP of RRPO/SRPO (arXiv 2605.25507, sec. 4 of METHODS.md): responses as sequences of thoughts.
+"""The thought MDP of RRPO/SRPO (arXiv 2605.25507; docs/methods.md sec. 4): responses as sequences of thoughts.
 
 A thought ends at a delimiter (`</thought>`, kept in the text) or after `cap_tokens` tokens. An episode
 ends after the first thought that contains the final-answer marker (`\\boxed{`), after `max_thoughts`

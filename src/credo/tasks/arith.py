@@ -15,7 +15,7 @@ The noise model (`Noise`) makes the starting policy (see `credo.testbed`) wrong 
 borrows forgets it, +10; `mul7`: a multiplication by 7 is off by +10); every other step slips to a random
 value with probability `p_slip`. Random slips alone spread their mass over many wrong values, so the
 greedy policy is already right wherever it knows the step; systematic misconceptions make the greedy
-mode wrong at exactly those steps (../shared/TESTBED.md, rounds 1-2).
+mode wrong at exactly those steps (docs/testbed.md, secs. 1-2).
 
 The held-out split is a hash of the prompt (crc32 % 10 == 0): train and eval never share a problem.
 """

@@ -72,14 +72,14 @@ def read_problems(path: str | Path) -> list[Problem]:
 
 def extract_answer(response: str, match: str) -> str | None:
     if match in ("auto", "boxed"):
-        boxed = _last_boxed(response)
+        boxed = last_boxed(response)
         if boxed is not None or match == "boxed":
             return boxed
     numbers = _NUMBER.findall(response)
     return numbers[-1] if numbers else None
 
 
-def _last_boxed(text: str) -> str | None:
+def last_boxed(text: str) -> str | None:
     """Content of the last `\\boxed{...}`, with nested braces balanced."""
     start = text.rfind("\\boxed{")
     if start < 0:

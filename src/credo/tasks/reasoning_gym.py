@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from credo.extras import require
 from credo.tasks.base import TASKS, Problem, Verdict, seeded_epochs
-from credo.tasks.jsonl import _NUMBER, _last_boxed
+from credo.tasks.jsonl import _NUMBER, last_boxed
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +168,7 @@ def extract_answer(response: str, fallback: str = "none") -> str | None:
     (with `fallback="last_number"`) the last number."""
     answer = _reasoning_gym().utils.extract_answer(response)
     if answer is None:
-        boxed = _last_boxed(response)
+        boxed = last_boxed(response)
         answer = boxed.strip() if boxed is not None else None
     if answer is None and fallback == "last_number":
         numbers = _NUMBER.findall(response)
