@@ -200,7 +200,9 @@ def test_exported_model_holds_the_trained_weights(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["grpo", "s_trace", "grpo_lambda", "rrpo", "srpo", "srpo_oracle", "ibpo"])
+@pytest.mark.parametrize(
+    "method", ["grpo", "p_trace", "s_trace", "grpo_lambda", "grpo_lambda_recent", "rrpo", "srpo", "srpo_oracle", "ibpo"]
+)
 def test_methods_improve_the_testbed(tmp_path, monkeypatch, method):
     # The real testbed model (built once into the user's cache, ~5 minutes on 2 cores), 40 RL steps.
     monkeypatch.delenv("CREDO_CACHE")
