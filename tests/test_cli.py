@@ -91,3 +91,33 @@ def test_compare_and_report_errors_are_one_line(tmp_path):
     assert missing.exit_code == 2 and "does not exist" in missing.output
     not_a_study = CliRunner().invoke(app, ["report", str(tmp_path)])
     assert not_a_study.exit_code == 2 and "is not a study directory" in not_a_study.output
+
+
+def test_errors_are_one_line_on_stderr_with_markup_escaped(tmp_path):
+    # A path with rich markup in it ("[bold]") must be printed as it is, and only on stderr.
+    missing = tmp_path / "[bold]x[/bold]" / "study.yaml"
+    result = CliRunner().invoke(app, ["compare", str(missing)])
+    assert result.exit_code == 2
+    assert "[bold]x[/bold]" in result.stderr and result.stderr.startswith("error: ")
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert "error" not in result.stdout
+
+
+def test_a_malformed_set_value_is_one_line(tmp_path):
+    result = CliRunner().invoke(app, ["train", "--set", "optim.lr=[1,"])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
+
+
+def test_an_internal_error_names_its_type_and_debug_shows_the_traceback(tmp_path, monkeypatch):
+    import credo.study.report as report
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom\nsecond line")
+
+    monkeypatch.setattr(report, "write_report", broken)
+    result = CliRunner().invoke(app, ["report", str(tmp_path)])
+    assert result.exit_code == 2
+    assert result.stderr == "error: RuntimeError: boom second line (run with --debug for the traceback)\n"
+    debug = CliRunner().invoke(app, ["--debug", "report", str(tmp_path)])
+    assert isinstance(debug.exception, RuntimeError) and str(debug.exception) == "boom\nsecond line"

@@ -114,3 +114,32 @@ def test_parallel_jobs_run_every_cell(tmp_path):
     for cell in cells:
         summary = json.loads((cell.run_dir / "summary.json").read_text())
         assert (summary["method"], summary["seed"], summary["steps"]) == (cell.config.method, cell.seed, 3)
+
+
+def test_workers_die_with_a_killed_compare(tmp_path):
+    # `credo compare --jobs 2` is SIGKILLed while its workers train: they must end too, not go on (and start
+    # the cells queued to them).
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    long_set = {**TINY_SET, "train": {**TINY_SET["train"], "steps": 400, "eval_every": 400, "checkpoint_every": 400}}
+    path = write_study(tmp_path, seeds=[0, 1, 2], set=long_set)
+    parent = subprocess.Popen([sys.executable, "-m", "credo", "compare", str(path), "--jobs", "2"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    workers: list[psutil.Process] = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list((tmp_path / "out").glob("*/*/seed*/metrics.jsonl")):
+        time.sleep(0.5)  # wait until the workers train
+    workers = psutil.Process(parent.pid).children(recursive=True)
+    assert workers, "compare started no worker"
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    gone, alive = psutil.wait_procs(workers, timeout=15)
+    for process in alive:
+        process.kill()
+    assert not alive, f"{len(alive)} worker(s) outlived the killed compare"

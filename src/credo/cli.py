@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from credo.methods import METHODS, settings
@@ -21,6 +25,19 @@ app = typer.Typer(
 testbed_app = typer.Typer(help="The built-in step-verifiable testbed model.", no_args_is_help=True)
 app.add_typer(testbed_app, name="testbed")
 console = Console(width=shutil.get_terminal_size((120, 24)).columns)
+errors = Console(stderr=True, width=shutil.get_terminal_size((120, 24)).columns, soft_wrap=True)
+
+
+_options_given = {"debug": False}
+"""The global options of this invocation (set by `_options` before the command runs)."""
+
+
+@app.callback()
+def _options(
+    debug: bool = typer.Option(False, "--debug", help="Show an error's traceback instead of its one-line message."),
+) -> None:
+    """credo: credit assignment for RL with verifiable rewards on language models."""
+    _options_given["debug"] = debug
 
 
 def _quiet_transformers() -> None:
@@ -30,12 +47,39 @@ def _quiet_transformers() -> None:
     hf_logging.disable_progress_bar()
 
 
+USER_ERRORS = (ValueError, OSError)
+"""Errors whose message is the whole story (bad input, a missing or unwritable file): shown without their type.
+Anything else is shown with its type, as an internal error."""
+
+
 def _fail(error: Exception) -> None:
-    console.print(f"[bold red]error:[/bold red] {error}")
+    """One line on stderr naming what went wrong, markup escaped; exit status 2."""
+    message = " ".join(str(error).split()) or type(error).__name__
+    if not isinstance(error, USER_ERRORS):
+        message = f"{type(error).__name__}: {message} (run with --debug for the traceback)"
+    errors.print(f"[bold red]error:[/bold red] {escape(message)}")
     raise typer.Exit(2)
 
 
+def one_line_errors(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn any exception of `command` into `_fail`'s one line, unless `credo --debug` asked for the traceback."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except (typer.Exit, typer.Abort):
+            raise
+        except Exception as error:
+            if _options_given["debug"]:
+                raise
+            _fail(error)
+
+    return wrapper
+
+
 @app.command()
+@one_line_errors
 def train(
     config: Path = typer.Argument(None, help="YAML run config (default: all defaults, GRPO on the testbed)."),
     output: Path = typer.Option(None, "--output", "-o", help="Run directory (default: runs/<method>, then -2, -3, ...)."),
@@ -90,19 +134,17 @@ def print_summary(summary: dict, run_dir: Path) -> None:
 
 
 @app.command("eval")
+@one_line_errors
 def evaluate(
     target: Path = typer.Argument(..., help="A run directory (its final model) or a Hugging Face model directory."),
     overrides: list[str] = typer.Option([], "--set", help="Override eval/task keys, e.g. --set eval.samples=8."),
 ) -> None:
     """Evaluate a model on its task's held-out problems: greedy pass@1, pass@k, avg@k, per difficulty."""
-    from credo.config import ConfigError, load_config
+    from credo.config import load_config
 
     _quiet_transformers()
     is_run = (target / "config.yaml").exists()
-    try:
-        run_config = load_config(target / "config.yaml" if is_run else None, overrides)
-    except ConfigError as error:
-        _fail(error)
+    run_config = load_config(target / "config.yaml" if is_run else None, overrides)
     import torch
 
     from credo.config import ModelConfig
@@ -114,10 +156,7 @@ def evaluate(
 
     model_dir = target / "model" if is_run else target
     model_config = ModelConfig(path=str(model_dir))
-    try:
-        model, tokenizer = load_model(model_config, pick_device(run_config.train.device))
-    except FileNotFoundError as error:
-        _fail(error)
+    model, tokenizer = load_model(model_config, pick_device(run_config.train.device))
     task = build_task(run_config.task)
     problems = eval_subset(task.eval_problems(), run_config.eval.max_problems)
     backend = make_backend(run_config.rollout, model, tokenizer, model_config, seed=run_config.train.seed)
@@ -136,6 +175,7 @@ def evaluate(
 
 
 @app.command()
+@one_line_errors
 def compare(
     study: Path = typer.Argument(..., help="Study YAML: methods x seeds (x difficulties), see credo.study.grid."),
     output: Path = typer.Option(None, "--output", "-o", help="Study directory (default: the file's `output`, else runs/studies/<name>)."),
@@ -145,21 +185,18 @@ def compare(
     """Run a grid of methods x seeds from one file (finished runs are skipped, killed ones resumed), then report."""
     import sys
 
-    from credo.config import ConfigError
     from credo.study.grid import load_study, run_study
     from credo.study.report import write_report
 
     _quiet_transformers()
-    try:
-        spec = load_study(study, output)
-        run_study(spec, jobs=jobs, log=console.print, command=" ".join(["credo", *sys.argv[1:]]))
-        path = write_report(spec.output, html=html)
-    except (ConfigError, FileExistsError, FileNotFoundError, ValueError) as error:
-        _fail(error)
+    spec = load_study(study, output)
+    run_study(spec, jobs=jobs, log=console.print, command=" ".join(["credo", *sys.argv[1:]]))
+    path = write_report(spec.output, html=html)
     console.print(f"report: {path}")
 
 
 @app.command()
+@one_line_errors
 def report(
     directory: Path = typer.Argument(..., help="A study directory made by `credo compare`."),
     output: Path = typer.Option(None, "--output", "-o", help="Where to write the report (default: the study directory)."),
@@ -168,10 +205,7 @@ def report(
     """Write a study's report: curves at equal cost with intervals over seeds, a table, findings, credit heatmaps."""
     from credo.study.report import write_report
 
-    try:
-        path = write_report(directory, output, html=html)
-    except (FileNotFoundError, ValueError) as error:
-        _fail(error)
+    path = write_report(directory, output, html=html)
     from rich.markdown import Markdown
 
     console.print(Markdown(path.read_text()))
@@ -179,6 +213,7 @@ def report(
 
 
 @testbed_app.command("build")
+@one_line_errors
 def testbed_build(
     overrides: list[str] = typer.Option([], "--set", help="Override a TestbedConfig key, e.g. --set steps=800."),
     force: bool = typer.Option(False, help="Rebuild even if a cached model exists."),
@@ -188,16 +223,14 @@ def testbed_build(
     from credo.testbed import TestbedConfig, build_testbed
 
     _quiet_transformers()
-    try:
-        config = TestbedConfig(**apply_overrides({}, overrides))
-    except ValueError as error:
-        _fail(error)
+    config = TestbedConfig(**apply_overrides({}, overrides))
     path = build_testbed(config, force=force, log=console.print)
     console.print(f"testbed model: {path}")
     evaluate(path, [])
 
 
 @app.command()
+@one_line_errors
 def methods() -> None:
     """List the methods: family, paper, what each changes with respect to GRPO, and its defaults."""
     table = Table(title="credo methods", show_lines=True)
@@ -212,6 +245,7 @@ def methods() -> None:
 
 
 @app.command()
+@one_line_errors
 def demo(
     drift: float = typer.Option(0.15, help="Std of the per-token log-prob change by the later mini-batch."),
 ) -> None:

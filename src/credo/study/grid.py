@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -181,6 +182,21 @@ def run_cell(cell: Cell, *, show_progress: bool, threads: int | None = None) -> 
     return train(cell.config, cell.run_dir, resume=status == "resume", show_progress=show_progress)
 
 
+def _exit_with_parent(parent: int) -> None:
+    """Worker initializer: end this worker as soon as the `credo compare` process that started it is gone.
+
+    A pool's workers outlive a killed parent (and would start the cells already queued to them); a daemon
+    thread notices that the worker was re-parented and ends it. The run directory's lock stops another
+    process from writing into a cell that such a worker still holds."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="credo-parent-watch", daemon=True).start()
+
+
 def _run_cell_in_worker(cell: Cell, threads: int) -> dict:
     from transformers.utils import logging as hf_logging
 
@@ -211,7 +227,8 @@ def run_study(study: Study, *, jobs: int = 1, log: Callable[[str], None] = print
     from multiprocessing import get_context
 
     threads = max(1, (os.cpu_count() or 1) // jobs)
-    with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
+    with ProcessPoolExecutor(jobs, mp_context=get_context("spawn"), initializer=_exit_with_parent,
+                             initargs=(os.getpid(),)) as pool:
         futures = {pool.submit(_run_cell_in_worker, cell, threads): cell for cell in todo}
         for number, future in enumerate(as_completed(futures), 1):
             cell = futures[future]
