@@ -121,3 +121,17 @@ def test_an_internal_error_names_its_type_and_debug_shows_the_traceback(tmp_path
     assert result.stderr == "error: RuntimeError: boom second line (run with --debug for the traceback)\n"
     debug = CliRunner().invoke(app, ["--debug", "report", str(tmp_path)])
     assert isinstance(debug.exception, RuntimeError) and str(debug.exception) == "boom\nsecond line"
+
+
+def test_a_missing_extra_and_a_missing_gpu_are_plain_one_line_errors(tmp_path, monkeypatch):
+    import credo.extras as extras
+
+    def missing(*args, **kwargs):
+        raise extras.MissingExtra("the vLLM backend needs vllm: pip install 'credo[vllm]'")
+
+    monkeypatch.setattr("credo.study.report.write_report", missing)
+    result = CliRunner().invoke(app, ["report", str(tmp_path)])
+    assert result.exit_code == 2 and result.stderr == "error: the vLLM backend needs vllm: pip install 'credo[vllm]'\n"
+    if not torch.cuda.is_available():
+        gpu = CliRunner().invoke(app, ["eval", str(tmp_path), "--set", "train.device=cuda"])
+        assert gpu.exit_code == 2 and gpu.stderr.startswith("error: train.device = 'cuda' but no CUDA device"), gpu.stderr

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from credo.extras import MissingExtra
 from credo.methods import METHODS, settings
 
 app = typer.Typer(
@@ -47,9 +48,9 @@ def _quiet_transformers() -> None:
     hf_logging.disable_progress_bar()
 
 
-USER_ERRORS = (ValueError, OSError)
-"""Errors whose message is the whole story (bad input, a missing or unwritable file): shown without their type.
-Anything else is shown with its type, as an internal error."""
+USER_ERRORS = (ValueError, OSError, MissingExtra)
+"""Errors whose message is the whole story (bad input, a missing or unwritable file, an optional package to
+install): shown without their type. Anything else is shown with its type, as an internal error."""
 
 
 def _fail(error: Exception) -> None:
