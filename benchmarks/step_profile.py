@@ -65,7 +65,7 @@ def profile_step(trainer, stream) -> dict[str, float]:
 
     rollout = sample_rollout(trainer, stream)
     lap("generation")
-    batch = score(trainer, rollout)
+    batch, _ = score(trainer, rollout)
     lap("old log-probs")
     batch, _ = trainer.method.credit(batch)
     lap("credit")

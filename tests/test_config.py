@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from credo.config import ConfigError, RunConfig, dump, load_config
+from credo.config import ConfigError, RunConfig, check_resume, dump, load_config
 from credo.methods import get_method
 
 YAML = """\
@@ -201,6 +201,37 @@ def test_eval_ks_must_be_positive(ks):
     assert re.search(r"eval\.ks.*(greater than 0|at least 1 item)", config_error([f"eval.ks={ks}"]))
 
 
+@pytest.mark.parametrize(
+    ("override", "line"),
+    [
+        ("optim.lr=.inf", "optim.lr: Input should be a finite number"),  # passed, then died in sampling
+        ("optim.lr=.nan", "optim.lr: Input should be a finite number"),
+        ("optim.lr=1e6", "optim.lr: Input should be less than 1"),  # destroyed the model and exited 0
+        ("optim.betas=[0.9, 1.0]", "optim.betas.1: Input should be less than 1"),
+        ("optim.betas=[.nan, 0.9]", "optim.betas.0: Input should be a finite number"),
+        ("optim.weight_decay=.inf", "optim.weight_decay: Input should be a finite number"),
+        ("optim.grad_clip=.inf", "optim.grad_clip: Input should be a finite number"),
+        ("rollout.temperature=.inf", "rollout.temperature: Input should be a finite number"),
+        ("rollout.top_p=0", "rollout.top_p: Input should be greater than 0"),
+        ("eval.temperature=.nan", "eval.temperature: Input should be a finite number"),
+        ("rollout.resets.localiser_temperature=.inf",
+         "rollout.resets.localiser_temperature: Input should be a finite number"),
+        ("train.max_grad_norm=.inf", "train.max_grad_norm: Input should be a finite number"),
+        ("loss.clip_high=.inf", "config: ClipLoss.clip_high = inf must be finite and lie in [0.0, inf)"),
+        ("loss.clip_low=.nan", "config: ClipLoss.clip_low = nan must be finite and lie in [0.0, 1.0)"),
+        ("optim.warmup_steps=301", ("config: optim.warmup_steps = 301 exceeds the run's 300 optimiser steps "
+                                    "(train.steps x optim.minibatches x optim.epochs)")),
+    ],
+)
+def test_non_finite_and_out_of_range_hyperparameters_name_the_key(override, line):
+    message = config_error(["optim.minibatches=3", override])
+    assert f"  {line}" in message.splitlines(), message
+
+
+def test_warmup_may_fill_the_run():
+    assert load_config(None, ["train.steps=10", "optim.epochs=2", "optim.warmup_steps=20"]).optim.warmup_steps == 20
+
+
 def test_exponent_float_in_a_method_switch():
     config = load_config(None, ["loss.clip_high=1e-3"])
     assert get_method(config.method, loss=config.loss).loss.clip_high == pytest.approx(1e-3)
@@ -320,3 +351,30 @@ def test_the_nocancel_regime_lays_over_a_hard_config(tmp_path):
     noise = {"misconceptions": {"carry": -10, "borrow": -10, "mul7": -10}, "offsets_may_cancel": False}
     assert config.task["noise"] == noise and config.model.testbed["task"]["noise"] == noise
     assert config.task["min_misconception_steps"] == 3
+
+
+# ------------------------------------------------------------------------------------------ resuming
+
+
+def test_resume_accepts_the_resumable_keys(tmp_path):
+    recorded = tmp_path / "config.yaml"
+    recorded.write_text(dump(load_config(None, ["train.steps=10"])))
+    check_resume(recorded, load_config(recorded))  # unchanged
+    check_resume(recorded, load_config(recorded, ["train.steps=20", "train.eval_every=5", "train.checkpoint_every=5",
+                                                  "train.max_nan_steps=5", "optim.micro_batch_size=2"]))
+    check_resume(tmp_path / "absent.yaml", load_config(None, ["optim.lr=1e-3"]))  # nothing recorded
+
+
+def test_resume_refuses_what_shaped_the_trained_steps_naming_each_key(tmp_path):
+    recorded = tmp_path / "config.yaml"
+    recorded.write_text(dump(load_config(None)))
+    with pytest.raises(ConfigError) as info:
+        check_resume(recorded, load_config(recorded, ["optim.lr=5e-4", "method=dapo", "train.seed=1",
+                                                      "model.lora={r: 4}", "train.steps=200"]))
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith("--resume cannot change method ('grpo' -> 'dapo': the method shaped the steps already trained); "
+                              "model.lora (None -> {'r': 4, ")
+    assert "optim.lr (2e-05 -> 0.0005: the checkpoint's optimiser and schedule state were built with it)" in message
+    assert "train.seed (0 -> 1: the data order and random state follow the seed)" in message
+    assert "train.steps (" not in message and "may change only train.steps, train.eval_every" in message

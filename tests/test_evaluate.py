@@ -5,11 +5,13 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 from itertools import combinations
+from types import SimpleNamespace
 
 import pytest
 
-from credo.evaluate import eval_subset, pass_at_k, summarise
-from credo.tasks.base import Problem
+from credo.config import EvalConfig
+from credo.evaluate import eval_subset, evaluate_policy, pass_at_k, summarise
+from credo.tasks.base import Problem, Verdict
 
 
 def test_pass_at_k_matches_the_binomial_definition():
@@ -105,3 +107,67 @@ def test_eval_subset():
     assert eval_subset(problems, 100) == problems
     subset = eval_subset(problems, None)
     assert subset == problems and subset is not problems
+
+
+# ------------------------------------------------------------------------------------------ verifier errors
+
+
+class Tokenizer:
+    chat_template = None
+
+    def __call__(self, messages, add_special_tokens=True):
+        return {"input_ids": [[1] for _ in messages]}
+
+
+class EchoBackend:
+    """Answers each prompt with the prompt itself, `repeat` times."""
+
+    tokenizer = Tokenizer()
+
+    def __init__(self, problems):
+        self.prompts = [p.prompt for p in problems]
+
+    def generate(self, prompts, *, max_new_tokens, greedy=False, temperature=1.0, repeat=1):
+        return SimpleNamespace(texts=[text for text in self.prompts for _ in range(repeat)])
+
+
+class FlakyTask:
+    """Correct when the response is "right"; raises on "boom"."""
+
+    name = "flaky"
+
+    def verify(self, problem, response):
+        if response == "boom":
+            raise ValueError("flaky verifier")
+        return Verdict(reward=float(response == "right"), correct=response == "right")
+
+
+PROBLEMS = [Problem("right", "", "a"), Problem("boom", "", "a"), Problem("wrong", "", "b")]
+
+
+def test_evaluation_follows_reward_errors_zero():
+    """A verifier that raised used to crash the evaluation whatever `rollout.reward_errors` said."""
+    config = EvalConfig(samples=2, ks=[1, 2])
+    result = evaluate_policy(EchoBackend(PROBLEMS), FlakyTask(), PROBLEMS, config, max_new_tokens=4, seed=0,
+                             reward_errors="zero")
+    assert result["greedy_pass@1"] == pytest.approx(1 / 3) and result["pass@2"] == pytest.approx(1 / 3)
+    assert result["by_difficulty"]["a"]["greedy_pass@1"] == 0.5  # the raising answer counts as wrong
+
+
+def test_evaluation_follows_reward_errors_raise():
+    with pytest.raises(RuntimeError, match=r"(?s)the flaky verifier raised ValueError: .*prompt: +'boom'"):
+        evaluate_policy(EchoBackend(PROBLEMS), FlakyTask(), PROBLEMS, EvalConfig(samples=0, ks=[1]), max_new_tokens=4,
+                        seed=0, reward_errors="raise")
+
+
+@pytest.mark.parametrize("extra", [[], ["optim.minibatches=2"]], ids=["on-policy", "behaviour-pass"])
+def test_training_evaluations_follow_reward_errors(tmp_path, monkeypatch, extra):
+    from tiny import TINY, make_arith_verifier_flaky
+
+    from credo.config import load_config
+    from credo.train import train
+
+    make_arith_verifier_flaky(monkeypatch)
+    config = load_config(None, TINY + ["train.steps=2", "rollout.reward_errors=zero"] + extra)
+    summary = train(config, tmp_path / "run", show_progress=False)
+    assert summary["steps"] == 2 and {"greedy_pass@1", "pass@2"} <= set(summary["eval_start"])

@@ -33,13 +33,13 @@ def test_read_problems(tmp_path):
             {"prompt": "1+1?", "answer": "2"},
             "",  # blank lines are skipped
             {"prompt": "capital of France?", "answer": "Paris", "difficulty": "easy"},
-            {"prompt": 7, "answer": 3.5},  # non-strings are stringified
+            {"prompt": "7?", "answer": 3.5, "difficulty": 2},  # numeric answers and difficulties are stringified
         ],
     )
     assert read_problems(path) == [
         Problem("1+1?", "2", "all"),
         Problem("capital of France?", "Paris", "easy"),
-        Problem("7", "3.5", "all"),
+        Problem("7?", "3.5", "2"),
     ]
 
 
@@ -53,6 +53,23 @@ def test_malformed_json_names_file_and_line(tmp_path):
 def test_missing_field_names_file_and_line(tmp_path, line):
     path = write_jsonl(tmp_path / "bad.jsonl", [{"prompt": "a", "answer": "1"}, line])
     with pytest.raises(ValueError, match=rf'^{re.escape(path)}:2: each line needs "prompt" and "answer" fields'):
+        read_problems(path)
+
+
+@pytest.mark.parametrize(("record", "field", "got"), [
+    ({"prompt": None, "answer": "1"}, "prompt", "null"),
+    ({"prompt": "a", "answer": None}, "answer", "null"),
+    ({"prompt": "a", "answer": "1", "difficulty": None}, "difficulty", "null"),
+    ({"prompt": 7, "answer": "1"}, "prompt", "7"),
+    ({"prompt": ["a"], "answer": "1"}, "prompt", '["a"]'),
+    ({"prompt": "a", "answer": True}, "answer", "true"),
+    ({"prompt": "a", "answer": {"x": 1}}, "answer", '{"x": 1}'),
+    ({"prompt": "a", "answer": "1", "difficulty": 0.5}, "difficulty", "0.5"),
+])
+def test_null_or_wrongly_typed_field_names_file_line_and_field(tmp_path, record, field, got):
+    """A null answer used to become the string "None" (and a null prompt the prompt "None")."""
+    path = write_jsonl(tmp_path / "bad.jsonl", [{"prompt": "a", "answer": "1"}, "", record])
+    with pytest.raises(ValueError, match=rf'^{re.escape(path)}:3: "{field}" must be a .*, got {re.escape(got)}$'):
         read_problems(path)
 
 

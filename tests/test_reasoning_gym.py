@@ -16,7 +16,8 @@ from credo.config import ConfigError, load_config, validate
 from credo.extras import MissingExtra
 from credo.rollout.groups import verify_all
 from credo.tasks import ArithTask, JsonlTask, Problem, ReasoningGymTask, build_task, task_class
-from credo.tasks.reasoning_gym import DEFAULT_INSTRUCTION, EVAL_SEED_OFFSET, ReasoningGymConfig, bucket
+from credo.tasks.reasoning_gym import DEFAULT_INSTRUCTION, EVAL_SEED_OFFSET, SANDBOX, ReasoningGymConfig, bucket
+from credo.tasks.sandbox import Outcome
 
 SMALL = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}
 """chain_sum with two one-digit terms: 10 * 10 * 2 = 200 distinct questions."""
@@ -105,9 +106,10 @@ def test_partial_scores_and_binarisation(options, reward, correct):
 def test_scores_are_clamped_and_a_raising_scorer_scores_zero(monkeypatch, caplog):
     task = chain_sum()
     problem = task.train[0]
-    for raw, expected in [(1.7, 1.0), (-0.2, 0.0), (float("nan"), 0.0), (0.25, 0.25)]:
-        monkeypatch.setattr(task.dataset, "score_answer", lambda answer, entry, raw=raw: raw)
+    for raw, expected in [(1.7, 1.0), (-0.2, 0.0), (float("nan"), 0.0), (0.25, 0.25), ("1", 0.0)]:
+        monkeypatch.setattr(SANDBOX, "call", lambda function, args, timeout_s, raw=raw: Outcome(value=raw))
         assert task.verify(problem, "<answer>1</answer>").reward == expected
+    monkeypatch.undo()
     # prime_factorization's own scorer raises on an answer that is not a product of integers
     primes = build_task({"name": "reasoning_gym:prime_factorization", "size": 5, "eval_size": 2})
     target = primes.train[0]

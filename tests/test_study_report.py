@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+from pathlib import Path
 
 import pytest
 import yaml
@@ -101,4 +103,43 @@ def test_report_errors(study_dir, tmp_path):
     for seed in (0, 1):
         (study_dir / "default" / "grpo" / f"seed{seed}" / "summary.json").unlink()
     with pytest.raises(ValueError, match="the baseline 'grpo' has no finished run"):
+        write_report(study_dir)
+
+
+def whole_file_reads_forbidden(monkeypatch, suffix: str = ".jsonl") -> None:
+    """Make reading a whole `suffix` file at once fail: such files must be streamed line by line."""
+    for name in ("read_text", "read_bytes"):
+        whole = getattr(Path, name)
+
+        def guarded(self, *args, _whole=whole, **kwargs):
+            assert self.suffix != suffix, f"{self} was read whole"
+            return _whole(self, *args, **kwargs)
+
+        monkeypatch.setattr(Path, name, guarded)
+
+
+def test_report_streams_the_logs_and_skips_torn_last_lines(study_dir, monkeypatch, caplog):
+    run = study_dir / "default" / "grpo" / "seed0"
+    expected = json.loads(json.dumps(write_and_read(study_dir)))
+    for name in ("metrics.jsonl", "samples.jsonl"):
+        with (run / name).open("a") as handle:
+            handle.write('{"step":13,"reward/me')  # the append a kill or a full disk cut short
+    whole_file_reads_forbidden(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="credo.io"):
+        assert write_and_read(study_dir) == expected
+    torn = sorted(r.getMessage().split(":")[0] for r in caplog.records if "torn last line" in r.getMessage())
+    assert torn == [str(run / "metrics.jsonl"), str(run / "samples.jsonl")]
+
+
+def write_and_read(study_dir) -> dict:
+    write_report(study_dir)
+    return {"json": json.loads((study_dir / "report.json").read_text()),
+            "heatmap": (study_dir / "credit_default.html").read_text()}
+
+
+def test_a_malformed_log_line_is_an_error_naming_file_and_line(study_dir):
+    metrics = study_dir / "default" / "grpo" / "seed1" / "metrics.jsonl"
+    lines = metrics.read_text().splitlines(keepends=True)
+    metrics.write_text(lines[0] + '{"step":13,"reward/me\n' + "".join(lines[1:]))
+    with pytest.raises(ValueError, match=rf"^{metrics}, line 2: not a JSON record \(Invalid control character at column 22\)$"):
         write_report(study_dir)

@@ -15,3 +15,19 @@ TINY = [
     "eval.samples=2",
     "eval.ks=[1, 2]",
 ]
+
+
+def make_arith_verifier_flaky(monkeypatch, every: int = 3) -> dict:
+    """Make the testbed task's verifier raise on every `every`-th call; returns the call counter."""
+    from credo.tasks.arith import ArithTask
+
+    original, calls = ArithTask.verify, {"n": 0}
+
+    def flaky(self, problem, response):
+        calls["n"] += 1
+        if calls["n"] % every == 0:
+            raise ValueError("flaky verifier")
+        return original(self, problem, response)
+
+    monkeypatch.setattr(ArithTask, "verify", flaky)
+    return calls

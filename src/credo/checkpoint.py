@@ -2,22 +2,61 @@
 
 A run directory holds `config.yaml` (the resolved config), `metrics.jsonl` (one record per step, and eval
 records), `samples.jsonl`, `checkpoints/step_NNNNNN/`, `model/` (the final weights, a Hugging Face
-directory), `summary.json` and `plots/`. A checkpoint holds the trainable weights (safetensors), the
-optimiser and scheduler states, the RNG states and the trainer state (step, data position, counters).
+directory), `summary.json`, `plots/` and `.lock` (locked while a process trains in the directory). A
+checkpoint holds the trainable weights (safetensors), `trainer.pt` (the optimiser and scheduler states and
+the RNG states: tensors and plain types only, loaded with `torch.load(weights_only=True)`) and `state.json`
+(step, data position, counters). Its files are fsynced before the folder is renamed into place; resuming
+passes over an unreadable newest checkpoint to the one before it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
+import functools
 import json
+import logging
+import os
+import pickle
 import random
 import shutil
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from credo.io import atomic_directory, read_jsonl, write_json_atomic, write_text_atomic
+from credo.io import (
+    append_jsonl,
+    atomic_directory,
+    iter_jsonl,
+    read_jsonl,
+    recover_directories,
+    write_json_atomic,
+    write_jsonl_atomic,
+)
+
+log = logging.getLogger(__name__)
+
+LOCK_FILE = ".lock"
+"""The run directory's lock file (`RunDirectory.lock`)."""
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used: none of the run's checkpoints is readable, or one holds objects other
+    than tensors and plain types (never written by credo: loading it could run code)."""
+
+
+class RunLockedError(OSError):
+    """Another process holds the run directory's lock: it is training there."""
+
+
+class UnreadableCheckpoint(Exception):
+    """A checkpoint whose files are missing, truncated or corrupt (`load_latest_checkpoint` passes over it)."""
 
 
 @dataclass
@@ -31,11 +70,13 @@ class TrainState:
     wall_s: float = 0.0
     """Training wall time so far (across resumptions)."""
     nan_streak: int = 0
-    """Consecutive optimiser steps skipped for a non-finite loss."""
+    """Consecutive steps with a skipped update (`credo.train.update`)."""
     skipped_steps: int = 0
 
 
 class RunDirectory:
+    """The files of one run (see the module docstring)."""
+
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.checkpoints = self.root / "checkpoints"
@@ -44,13 +85,17 @@ class RunDirectory:
         self.model_dir = self.root / "model"
         self.plots = self.root / "plots"
 
+    def checkpoint_paths(self) -> list[Path]:
+        """The run's checkpoints, oldest first."""
+        return sorted(self.checkpoints.glob("step_*")) if self.checkpoints.exists() else []
+
     def latest_checkpoint(self) -> Path | None:
-        found = sorted(self.checkpoints.glob("step_*")) if self.checkpoints.exists() else []
+        found = self.checkpoint_paths()
         return found[-1] if found else None
 
     def append(self, path: Path, record: dict) -> None:
-        with path.open("a") as handle:
-            handle.write(json.dumps(record) + "\n")
+        """Append one record to a JSON-lines log, in a single write of the whole line."""
+        append_jsonl(path, record)
 
     def tensorboard(self):
         """A TensorBoard writer into `tensorboard/` when the tensorboard package is installed, else None."""
@@ -64,10 +109,58 @@ class RunDirectory:
         return read_jsonl(path or self.metrics_file)
 
     def truncate(self, step: int) -> None:
-        """Drop records after `step` (a killed run may have logged past its last checkpoint)."""
+        """Drop records after `step` (a killed run may have logged past its last checkpoint) and a torn last
+        line, streaming each log through a temporary file."""
         for path in (self.metrics_file, self.samples_file):
-            kept = [r for r in self.records(path) if r["step"] <= step]
-            write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in kept))
+            write_jsonl_atomic(path, (r for r in iter_jsonl(path) if r["step"] <= step))
+
+    def clear_logs(self) -> None:
+        """Remove what a run killed before its first checkpoint logged, so that it can start again from step 0."""
+        for path in (self.metrics_file, self.samples_file):
+            path.unlink(missing_ok=True)
+        shutil.rmtree(self.root / "tensorboard", ignore_errors=True)
+
+    def remove_stale_temporaries(self) -> None:
+        """Remove the temporary folders of checkpoints whose writing was killed (`checkpoints/.step_*`)."""
+        for path in recover_directories(self.checkpoints, "step_*"):
+            log.info("removed %s, a checkpoint whose writing was interrupted", path)
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the directory's lock (`flock` on `.lock`, which holds the holder's pid) for the block.
+
+        The kernel releases it when the process ends, killed or not. Raises RunLockedError, naming the
+        directory, when another process holds it.
+        """
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+                by = f"process {holder}" if holder.isdigit() else "another process"
+                raise RunLockedError(f"{self.root} is in use: {by} is training in it (wait for it to end, "
+                                     "or stop it first)") from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            try:
+                yield
+            finally:
+                os.ftruncate(fd, 0)
+        finally:
+            os.close(fd)
+
+
+def holding_run_lock(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorate `function(config, run_dir, ...)` to hold `run_dir`'s lock (`RunDirectory.lock`) while it runs."""
+
+    @functools.wraps(function)
+    def locked(config: Any, run_dir: Path, *args: Any, **kwargs: Any) -> Any:
+        with RunDirectory(run_dir).lock():
+            return function(config, run_dir, *args, **kwargs)
+
+    return locked
 
 
 def trainable_state(model) -> dict[str, torch.Tensor]:
@@ -75,27 +168,73 @@ def trainable_state(model) -> dict[str, torch.Tensor]:
 
 
 def save_checkpoint(run: RunDirectory, model, optimizer, scheduler, state: TrainState, keep: int) -> Path:
+    """Write `checkpoints/step_NNNNNN/` (files fsynced, then one rename) and keep the newest `keep`.
+
+    A full disk is an OSError "disk full while writing checkpoint <path>"; nothing of that checkpoint stays.
+    """
     target = run.checkpoints / f"step_{state.step:06d}"
-    with atomic_directory(target) as tmp:
-        save_file(trainable_state(model), tmp / "trainable.safetensors")
-        torch.save(
-            {
-                "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(),
-                "torch_rng": torch.get_rng_state(),
-                "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-                "python_rng": random.getstate(),
-            },
-            tmp / "trainer.pt",
-        )
-        write_json_atomic(tmp / "state.json", asdict(state))
-    for old in sorted(run.checkpoints.glob("step_*"))[:-keep]:
+    try:
+        with atomic_directory(target) as tmp:
+            save_file(trainable_state(model), tmp / "trainable.safetensors")
+            torch.save(
+                {
+                    "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict(),
+                    "torch_rng": torch.get_rng_state(),
+                    "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+                    "python_rng": random.getstate(),  # a tuple of ints: a plain type
+                },
+                tmp / "trainer.pt",
+            )
+            write_json_atomic(tmp / "state.json", asdict(state))
+    except (OSError, RuntimeError, SafetensorError) as error:
+        if disk_full(error):
+            raise OSError(f"disk full while writing checkpoint {target}") from error
+        raise
+    for old in run.checkpoint_paths()[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return target
 
 
+def disk_full(error: BaseException) -> bool:
+    """Whether a write failed for want of space: ENOSPC or EDQUOT, as an OSError or in the message of the
+    error that torch's zip writer (`enforce fail at inline_container.cc`) or safetensors raise instead."""
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(error)
+    return any(sign in text for sign in ("inline_container.cc", os.strerror(errno.ENOSPC), os.strerror(errno.EDQUOT),
+                                         "StorageFull"))
+
+
+def read_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], dict, TrainState]:
+    """A checkpoint's weights, trainer state (`trainer.pt`, loaded with `weights_only=True`) and TrainState.
+
+    Raises UnreadableCheckpoint for missing, truncated or corrupt files, CheckpointError for a `trainer.pt`
+    that holds anything but tensors and plain types (torch's weights-only unpickler met a GLOBAL it refuses).
+    """
+    try:
+        weights = load_file(path / "trainable.safetensors")
+        extra = torch.load(path / "trainer.pt", weights_only=True)
+        state = TrainState(**json.loads((path / "state.json").read_text()))
+        missing = {"optimizer", "scheduler", "torch_rng", "cuda_rng", "python_rng"} - set(extra)
+        if missing:
+            raise KeyError(f"trainer.pt lacks {sorted(missing)}")
+    except pickle.UnpicklingError as error:
+        reason = _unpickler_reason(error)
+        if "GLOBAL" not in reason:  # bytes that are no pickle torch reads: damage, not an object to refuse
+            raise UnreadableCheckpoint(f"trainer.pt is no torch checkpoint: {reason}") from error
+        raise CheckpointError(
+            f"refusing to load {path / 'trainer.pt'}: it holds objects other than tensors and plain types "
+            f"({reason}); credo's checkpoints never do, so it was not written by credo"
+        ) from None
+    except (OSError, RuntimeError, EOFError, ValueError, KeyError, TypeError, AttributeError, SafetensorError) as error:
+        raise UnreadableCheckpoint(_reason(error)) from error
+    return weights, extra, state
+
+
 def load_checkpoint(path: Path, model, optimizer, scheduler) -> TrainState:
-    weights = load_file(path / "trainable.safetensors")
+    """Restore the model, optimiser, scheduler and RNG states from one checkpoint; returns its TrainState."""
+    weights, extra, state = read_checkpoint(path)
     params = dict(model.named_parameters())
     missing = sorted(set(weights) ^ {n for n, p in params.items() if p.requires_grad})
     if missing:
@@ -103,11 +242,44 @@ def load_checkpoint(path: Path, model, optimizer, scheduler) -> TrainState:
     with torch.no_grad():
         for name, value in weights.items():
             params[name].copy_(value)
-    extra = torch.load(path / "trainer.pt", weights_only=False)
     optimizer.load_state_dict(extra["optimizer"])
     scheduler.load_state_dict(extra["scheduler"])
     torch.set_rng_state(extra["torch_rng"])
     if extra["cuda_rng"]:
         torch.cuda.set_rng_state_all(extra["cuda_rng"])
     random.setstate(extra["python_rng"])
-    return TrainState(**json.loads((path / "state.json").read_text()))
+    return state
+
+
+def load_latest_checkpoint(run: RunDirectory, model, optimizer, scheduler) -> TrainState | None:
+    """Restore the newest readable checkpoint; None when the run has no checkpoint.
+
+    An unreadable one (truncated or corrupt files) is passed over for the one before it, with a warning
+    naming both; CheckpointError when none is readable, or when one holds more than tensors and plain types.
+    """
+    unreadable: list[tuple[Path, str]] = []
+    for path in reversed(run.checkpoint_paths()):
+        try:
+            state = load_checkpoint(path, model, optimizer, scheduler)
+        except UnreadableCheckpoint as error:
+            unreadable.append((path, str(error)))
+            continue
+        for bad, reason in unreadable:
+            log.warning("checkpoint %s is unreadable (%s); resuming from %s instead", bad, reason, path)
+        return state
+    if unreadable:
+        raise CheckpointError(f"no readable checkpoint in {run.checkpoints}: "
+                              + "; ".join(f"{bad.name}: {reason}" for bad, reason in unreadable))
+    return None
+
+
+def _reason(error: BaseException) -> str:
+    """An error's message as one short line (its first sentence), or its type when it has none."""
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text.split('. ')[0]}" if text else type(error).__name__
+
+
+def _unpickler_reason(error: pickle.UnpicklingError) -> str:
+    """What torch's weights-only unpickler refused, from its multi-line message."""
+    lines = [line.strip() for line in str(error).splitlines()]
+    return next((line.rstrip(".") for line in lines if "unsupported" in line.lower()), _reason(error))

@@ -163,7 +163,8 @@ def evaluate(
     backend = make_backend(run_config.rollout, model, tokenizer, model_config, seed=run_config.train.seed)
     with torch.no_grad():
         result = evaluate_policy(backend, task, problems, run_config.eval,
-                                 max_new_tokens=run_config.rollout.max_new_tokens, seed=run_config.train.seed)
+                                 max_new_tokens=run_config.rollout.max_new_tokens, seed=run_config.train.seed,
+                                 reward_errors=run_config.rollout.reward_errors)
     table = Table(title=f"{model_dir} on {task.name}")
     table.add_column("difficulty")
     metrics = [k for k in result if k != "by_difficulty"]

@@ -2,8 +2,9 @@
 
 `load_config(path, overrides=["optim.lr=1e-5"])` reads a YAML file, applies `key.path=value` overrides
 (values parsed as YAML: numbers, booleans, lists), and validates the result. An unknown key or a bad value
-is a `ConfigError` that names the file, the dotted key and what is allowed; the method's switches are
-checked against the method's own dataclasses the same way.
+is a `ConfigError` that names the file, the dotted key and what is allowed (no float setting may be NaN or
+infinite); the method's switches are checked against the method's own dataclasses the same way.
+`check_resume` decides which keys a resumed run may change (`RESUMABLE`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import re
 import typing
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator, model_validator
@@ -42,7 +43,9 @@ class ConfigError(ValueError):
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """A config section: unknown keys, NaN and infinite floats are errors; values are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class LoraConfig(Section):
@@ -159,12 +162,19 @@ class RolloutConfig(Section):
     """The revision sampler (method ibpo)."""
 
 
+Beta = Annotated[float, Field(ge=0.0, lt=1.0)]
+
+
 class OptimConfig(Section):
-    lr: float = Field(2e-5, gt=0.0)
+    lr: float = Field(2e-5, gt=0.0, lt=1.0)
+    """AdamW's learning rate: it moves every weight by about `lr` per step, so 1 or more destroys any model."""
     weight_decay: float = Field(0.0, ge=0.0)
-    betas: tuple[float, float] = (0.9, 0.999)
+    betas: tuple[Beta, Beta] = (0.9, 0.999)
+    """AdamW's moment decays, each in [0, 1)."""
     grad_clip: float | None = Field(1.0, gt=0.0)
+    """Clip the gradient's norm to this before the step (None: no clipping)."""
     warmup_steps: int = Field(0, ge=0)
+    """Optimiser steps of linear warm-up; at most the run's `train.steps * minibatches * epochs`."""
     schedule: Literal["constant", "cosine"] = "constant"
     """Learning-rate schedule after the linear warm-up."""
     minibatches: int = Field(1, ge=1)
@@ -190,7 +200,10 @@ class TrainConfig(Section):
     log_samples: int = Field(4, ge=0)
     """Responses written to samples.jsonl per step (with rewards and per-token advantages)."""
     max_nan_steps: int = Field(3, ge=1)
-    """Consecutive steps with a non-finite loss (each skipped) after which the run stops."""
+    """Consecutive steps with a skipped update (see `max_grad_norm`) after which the run stops."""
+    max_grad_norm: float | None = Field(None, gt=0.0)
+    """An optimiser step is skipped when its loss, log-probs or gradient are non-finite, or its gradient norm
+    (before clipping) exceeds this bound; None: no bound."""
     logprob_chunk: int = Field(1024, ge=1)
     """Tokens per chunk of the log-prob computation (memory bound of the logits)."""
 
@@ -245,6 +258,10 @@ class RunConfig(Section):
             raise ValueError("rollout.backend = vllm needs a CUDA GPU; train.device is cpu (use the transformers backend)")
         if self.eval.samples and max(self.eval.ks) > self.eval.samples:
             raise ValueError(f"eval.ks {self.eval.ks} needs eval.samples >= {max(self.eval.ks)}")
+        updates = self.train.steps * self.optim.minibatches * self.optim.epochs
+        if self.optim.warmup_steps > updates:
+            raise ValueError(f"optim.warmup_steps = {self.optim.warmup_steps} exceeds the run's {updates} "
+                             "optimiser steps (train.steps x optim.minibatches x optim.epochs)")
         return self
 
 
@@ -361,3 +378,59 @@ def _allowed(loc: tuple) -> str:
 
 def dump(config: RunConfig) -> str:
     return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+
+
+RESUMABLE = (
+    "train.steps", "train.eval_every", "train.checkpoint_every", "train.keep_checkpoints", "train.log_samples",
+    "train.max_nan_steps", "train.max_grad_norm", "train.logprob_chunk", "optim.micro_batch_size",
+    "optim.micro_batch_tokens", "rollout.generation_batch_size", "rollout.vllm.gpu_memory_utilization",
+    "rollout.vllm.enable_sleep_mode",
+)
+"""The keys a resumed run may change: its length, how often it evaluates, checkpoints and logs, its NaN guard,
+and memory bounds that leave the update as it is. Any other key shaped the steps already trained."""
+
+_FROZEN_BECAUSE = {
+    "method": "the method shaped the steps already trained",
+    "credit": "the method's credit shaped the steps already trained",
+    "loss": "the method's loss shaped the steps already trained",
+    "model": "the checkpoint holds this model's weights",
+    "task": "the data stream's position belongs to this task",
+    "rollout": "sampling settings shaped the steps already trained",
+    "optim": "the checkpoint's optimiser and schedule state were built with it",
+    "train.seed": "the data order and random state follow the seed",
+    "train.device": "the checkpoint's random state belongs to its device",
+    "eval": "evaluations before and after the change would not be comparable",
+}
+
+
+def check_resume(recorded: Path, config: RunConfig) -> None:
+    """Refuse to resume the run whose config is `recorded` (its config.yaml) with `config` if a key outside
+    `RESUMABLE` differs; the one-line `ConfigError` names each such key and why it cannot change.
+
+    A run without a recorded config has nothing to compare with and passes.
+    """
+    if not recorded.exists():
+        return
+    before, after = load_config(recorded).model_dump(mode="json"), config.model_dump(mode="json")
+    frozen = [f"{key} ({old!r} -> {new!r}: {_why_frozen(key)})"
+              for key, old, new in _differences(before, after) if key not in RESUMABLE]
+    if frozen:
+        raise ConfigError(f"--resume cannot change {'; '.join(frozen)}; start a new run for other settings "
+                          f"(a resumed run may change only {', '.join(RESUMABLE)})")
+
+
+def _why_frozen(key: str) -> str:
+    return _FROZEN_BECAUSE.get(key) or _FROZEN_BECAUSE.get(key.split(".")[0], "it shaped the steps already trained")
+
+
+def _differences(before: Any, after: Any, key: str = "") -> list[tuple[str, Any, Any]]:
+    """The dotted keys whose values differ between two dumped configs, each with its old and new value
+    (mappings are compared key by key; a key one side lacks reads as "<unset>")."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        return [
+            difference
+            for name in sorted(before.keys() | after.keys())
+            for difference in _differences(before.get(name, "<unset>"), after.get(name, "<unset>"),
+                                           f"{key}.{name}" if key else name)
+        ]
+    return [] if before == after else [(key, before, after)]

@@ -63,16 +63,20 @@ def _mean(rows: list[dict[str, float]]) -> dict:
     return {key: sum(r[key] for r in rows) / len(rows) for key in keys}
 
 
-def evaluate_policy(backend, task, problems, config, *, max_new_tokens: int, seed: int) -> dict:
+def evaluate_policy(backend, task, problems, config, *, max_new_tokens: int, seed: int,
+                    reward_errors: str = "raise") -> dict:
     """Greedy pass@1 and pass@k / avg@n from `config.samples` samples per problem, overall and per difficulty.
 
     Responses come from the run's generation backend (`credo.rollout.generate.TransformersBackend` or vLLM).
     Sampling runs under its own seed (the training RNG stream is left untouched), so evaluations of
-    different runs and methods see the same sampling noise.
+    different runs and methods see the same sampling noise. A verifier that raises follows the run's
+    `rollout.reward_errors`, as in training: "raise" stops with the prompt and response, "zero" counts the
+    answer wrong (with a warning).
     """
     import torch
 
     from credo.rollout.generate import encode_prompts
+    from credo.rollout.groups import verify_all
 
     prompts = encode_prompts(backend.tokenizer, [p.prompt for p in problems])
     greedy = samples = None
@@ -80,11 +84,12 @@ def evaluate_policy(backend, task, problems, config, *, max_new_tokens: int, see
         torch.manual_seed(seed)
         if config.greedy:
             out = backend.generate(prompts, max_new_tokens=max_new_tokens, greedy=True)
-            greedy = [task.verify(p, text).correct for p, text in zip(problems, out.texts)]
+            greedy = [v.correct for v in verify_all(task, problems, out.texts, reward_errors)[0]]
         if config.samples:
             n = config.samples
             out = backend.generate(prompts, max_new_tokens=max_new_tokens, temperature=config.temperature, repeat=n)
-            flat = [task.verify(p, text).correct for p, text in zip((p for p in problems for _ in range(n)), out.texts)]
+            rows = [p for p in problems for _ in range(n)]
+            flat = [v.correct for v in verify_all(task, rows, out.texts, reward_errors)[0]]
             samples = [flat[i * n : (i + 1) * n] for i in range(len(problems))]
     return summarise([p.difficulty for p in problems], greedy, samples, config.ks)
 

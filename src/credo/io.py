@@ -1,15 +1,20 @@
-"""Files written so that nothing is ever left half-written: temp file or folder, then rename."""
+"""Files that survive a kill or a full disk: whole-file writes go to a temporary file or folder, are fsynced and
+renamed into place; JSON-lines logs grow by single writes of whole lines, and their reader tolerates the one
+torn line a kill can leave at the end."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 
 def cache_root() -> Path:
@@ -17,34 +22,113 @@ def cache_root() -> Path:
     return Path(os.environ.get("CREDO_CACHE", Path.home() / ".cache" / "credo"))
 
 
+def fsync_path(path: Path) -> None:
+    """Flush a file's contents, or a folder's entries, to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def write_text_atomic(path: Path, text: str) -> None:
+    """Write `text` into `path` through a fsynced temporary file renamed into place."""
+    write_lines_atomic(path, [text])
+
+
+def write_lines_atomic(path: Path, pieces: Iterable[str]) -> None:
+    """Write `pieces` one after another into `path` through a fsynced temporary file renamed into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    """The records of a JSON-lines file (blank lines skipped); [] when the file does not exist."""
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    try:
+        with os.fdopen(fd, "w") as handle:
+            for piece in pieces:
+                handle.write(piece)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_path(path.parent)
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
     write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
+def append_jsonl(path: Path, record: dict) -> None:
+    """Append `record` as one line, in a single write; a write cut short (a full disk) is undone.
+
+    A kill can still tear the line (the kernel may have written part of it): `iter_jsonl` skips such a
+    torn last line.
+    """
+    data = (json.dumps(record) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            written = os.write(fd, data)
+            while written < len(data):  # only on a full disk, whose next write raises
+                written += os.write(fd, data[written:])
+        except OSError as error:
+            os.ftruncate(fd, size)
+            raise OSError(error.errno, error.strerror, str(path)) from error
+    finally:
+        os.close(fd)
+
+
+def iter_jsonl(path: Path) -> Iterator[dict]:
+    """The records of a JSON-lines file, read one line at a time (blank lines skipped; none if it does not exist).
+
+    A last line without its newline that is not valid JSON (an append torn by a kill or a full disk) is
+    skipped with a warning naming the file; a malformed line anywhere else is a ValueError naming the file
+    and the line number.
+    """
+    if not path.exists():
+        return
+    with path.open("rb") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError as error:
+                if not line.endswith(b"\n"):
+                    log.warning("%s: skipped 1 torn last line (%d bytes without a newline, from a write that was cut "
+                                "short)", path, len(line))
+                    return
+                reason = (f"{error.msg.removesuffix(' at')} at column {error.colno}"
+                          if isinstance(error, json.JSONDecodeError) else str(error))
+                raise ValueError(f"{path}, line {number}: not a JSON record ({reason})") from None
+            yield record
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """`iter_jsonl` as a list."""
+    return list(iter_jsonl(path))
+
+
+def write_jsonl_atomic(path: Path, records: Iterable[dict]) -> None:
+    """Replace `path` by `records`, one line each, streamed through a fsynced temporary file."""
+    write_lines_atomic(path, (json.dumps(record) + "\n" for record in records))
+
+
 @contextlib.contextmanager
 def atomic_directory(target: Path) -> Iterator[Path]:
-    """Yield a temporary sibling folder; on success it replaces `target` in one rename."""
+    """Yield a temporary sibling folder; on success its files are fsynced and it replaces `target` in one rename.
+
+    The temporary folder is named `.<target name>.<random>` and a replaced target `.<target name>.old` for the
+    moment of the swap; `recover_directories` tidies both after a kill.
+    """
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
     try:
         yield tmp
+        for folder, _, files in os.walk(tmp):
+            for name in files:
+                fsync_path(Path(folder) / name)
+            fsync_path(Path(folder))
         if target.exists():
             old = target.with_name(f".{target.name}.old")
             shutil.rmtree(old, ignore_errors=True)
@@ -53,6 +137,26 @@ def atomic_directory(target: Path) -> Iterator[Path]:
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, target)
+        fsync_path(target.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def recover_directories(parent: Path, pattern: str) -> list[Path]:
+    """Tidy what killed `atomic_directory` swaps left in `parent` among targets matching `pattern`.
+
+    A `.<name>.old` whose `<name>` is missing (killed between the two renames) is renamed back; other
+    `.<name>.*` temporaries are removed. Returns the removed paths.
+    """
+    removed = []
+    if not parent.is_dir():
+        return removed
+    for old in parent.glob(f".{pattern}.old"):
+        original = parent / old.name[1:-len(".old")]
+        if not original.exists():
+            os.replace(old, original)
+    for stale in parent.glob(f".{pattern}.*"):
+        shutil.rmtree(stale, ignore_errors=True)
+        removed.append(stale)
+    return removed

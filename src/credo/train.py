@@ -8,6 +8,7 @@ checkpoints follow. `train(..., resume=True)` continues a killed run from its la
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 import time
@@ -16,8 +17,8 @@ from dataclasses import dataclass
 import torch
 
 from credo.batch import RolloutBatch
-from credo.checkpoint import RunDirectory, TrainState, load_checkpoint, save_checkpoint
-from credo.config import RunConfig, dump
+from credo.checkpoint import RunDirectory, TrainState, holding_run_lock, load_latest_checkpoint, save_checkpoint
+from credo.config import ConfigError, RunConfig, check_resume, dump
 from credo.credit.groups import failed_rows
 from credo.diagnostics import blame_precision
 from credo.evaluate import eval_subset, evaluate_policy
@@ -35,6 +36,8 @@ from credo.rollout.revisions import sample_revisions
 from credo.rollout.thoughts import blame_start, token_pieces
 from credo.tasks import Task, build_task
 from credo.testbed import warmup_cosine
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -59,10 +62,20 @@ class Trainer:
     (`old_logp = logp.detach()`, TRL's on-policy convention) and entropies, and `score` skips its pass."""
 
 
+@holding_run_lock
 def train(config: RunConfig, run_dir, *, resume: bool = False, show_progress: bool = True) -> dict:
-    """Train according to `config` in `run_dir`; returns the summary (also written to summary.json)."""
+    """Train according to `config` in `run_dir`; returns the summary (also written to summary.json).
+
+    The run directory is locked meanwhile: a second process training in it stops with RunLockedError.
+    Resuming with a config that differs from the run's config.yaml in a key outside `credo.config.RESUMABLE`
+    is a ConfigError before anything loads; allowed changes are applied and recorded in config.yaml.
+    """
+    if resume:
+        check_resume(RunDirectory(run_dir).root / "config.yaml", config)
     trainer = build_trainer(config, RunDirectory(run_dir))
     state = start_or_resume(trainer, resume)
+    if resume:
+        record_resumed_config(trainer, state)
     stream = ProblemStream(trainer.task, config.train.seed, state.data_position)
     eval_problems = eval_subset(trainer.task.eval_problems(), config.eval.max_problems)
     if state.step == 0:
@@ -73,10 +86,10 @@ def train(config: RunConfig, run_dir, *, resume: bool = False, show_progress: bo
             started = time.perf_counter()
             rollout = sample_rollout(trainer, stream)
             generated = time.perf_counter()
-            batch = score(trainer, rollout)
+            batch, behaviour_finite = score(trainer, rollout)
             batch, credit_metrics = trainer.method.credit(batch)
             scored = time.perf_counter()
-            update_metrics, credit = update(trainer, batch, state)
+            update_metrics, credit = update(trainer, batch, state, usable=behaviour_finite)
             trainer.backend.sync_weights()
             state.step += 1
             state.data_position = stream.position
@@ -139,25 +152,42 @@ def pick_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("train.device = 'cuda' but no CUDA device is available; use 'auto' or 'cpu'")
+        raise ValueError("train.device = 'cuda' but no CUDA device is available; use 'auto' or 'cpu'")
     return torch.device(name)
 
 
 def start_or_resume(trainer: Trainer, resume: bool) -> TrainState:
+    """The state to train from: the last readable checkpoint's when resuming (logs truncated to it), else step 0.
+
+    Resuming a run that stopped before its first checkpoint starts it again from step 0, its partial logs
+    cleared; a fresh start refuses a directory that already holds a run.
+    """
     run = trainer.run
+    run.remove_stale_temporaries()
     if resume:
-        checkpoint = run.latest_checkpoint()
-        if checkpoint is None:
-            raise FileNotFoundError(f"--resume: {run.root} has no checkpoint to resume from")
-        state = load_checkpoint(checkpoint, trainer.model, trainer.optimizer, trainer.scheduler)
-        trainer.backend.sync_weights()
-        run.truncate(state.step)
-        return state
-    if run.metrics_file.exists() or run.latest_checkpoint() is not None:
+        state = load_latest_checkpoint(run, trainer.model, trainer.optimizer, trainer.scheduler)
+        if state is not None:
+            trainer.backend.sync_weights()
+            run.truncate(state.step)
+            return state
+        log.warning("%s has no checkpoint (it stopped before its first): starting it again from step 0", run.root)
+        run.clear_logs()
+    elif run.metrics_file.exists() or run.latest_checkpoint() is not None:
         raise FileExistsError(f"{run.root} already holds a run; use --resume to continue it or pick a new --output")
     run.root.mkdir(parents=True, exist_ok=True)
     write_text_atomic(run.root / "config.yaml", dump(trainer.config))
     return TrainState()
+
+
+def record_resumed_config(trainer: Trainer, state: TrainState) -> None:
+    """Record a resumed run's config (with the changes `check_resume` allowed) in config.yaml, atomically."""
+    if trainer.config.train.steps < state.step:
+        raise ConfigError(f"--resume: train.steps = {trainer.config.train.steps} is below the {state.step} steps "
+                          f"{trainer.run.root} has already trained")
+    recorded = trainer.run.root / "config.yaml"
+    text = dump(trainer.config)
+    if not recorded.exists() or recorded.read_text() != text:
+        write_text_atomic(recorded, text)
 
 
 # ------------------------------------------------------------------------------------------- the step
@@ -172,11 +202,14 @@ def sample_rollout(trainer: Trainer, stream: ProblemStream) -> Rollout:
     return sample_groups(trainer.backend, trainer.task, stream, config.rollout)
 
 
-def score(trainer: Trainer, rollout: Rollout) -> RolloutBatch:
-    """The rollout as a batch, with the behaviour policy's log-probs and entropies (computed once, no grad).
+def score(trainer: Trainer, rollout: Rollout) -> tuple[RolloutBatch, bool]:
+    """The rollout as a batch, with the behaviour policy's log-probs and entropies (computed once, no grad),
+    and whether those were finite on every response token.
 
     On-policy trainers (`Trainer.on_policy`) skip that pass: `old_logp` stays 0 until the update's own
-    forward pass fills it, and `entropy` is None (the update logs the entropies instead).
+    forward pass fills it, and `entropy` is None (the update logs the entropies instead). Non-finite
+    behaviour values are stored as 0 so that the batch can be credited and logged; the update must then be
+    skipped (`update(..., usable=False)`).
     """
     c = rollout.completions
     optim = trainer.config.optim
@@ -195,6 +228,10 @@ def score(trainer: Trainer, rollout: Rollout) -> RolloutBatch:
             old_logp[rows] = logp.float()
             entropy[rows] = part_entropy.float().clamp(min=0)
     mask = c.response_mask.to(trainer.device)
+    finite = bool(torch.isfinite(old_logp[mask]).all()) and (entropy is None or bool(entropy[mask].isfinite().all()))
+    if not finite:
+        old_logp = torch.nan_to_num(old_logp, nan=0.0, posinf=0.0, neginf=0.0)
+        entropy = None if entropy is None else torch.nan_to_num(entropy, nan=0.0, posinf=0.0, neginf=0.0)
     blame = None
     if trainer.task.checks_steps:
         rules = trainer.config.rollout.resets.thoughts
@@ -203,7 +240,7 @@ def score(trainer: Trainer, rollout: Rollout) -> RolloutBatch:
                         verdict.first_wrong_step, rules)
             for row, verdict in enumerate(rollout.verdicts)
         ], device=trainer.device)
-    return RolloutBatch(
+    batch = RolloutBatch(
         response_ids=c.response_ids.to(trainer.device),
         response_mask=mask,
         group_id=rollout.group_id.to(trainer.device),
@@ -219,17 +256,26 @@ def score(trainer: Trainer, rollout: Rollout) -> RolloutBatch:
         revision_success=_to(rollout.revision_success, trainer.device),
         edit_mask=_to(rollout.edit_mask, trainer.device),
     )
+    return batch, finite
 
 
 def _to(tensor: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
     return None if tensor is None else tensor.to(device)
 
 
-def update(trainer: Trainer, batch: RolloutBatch, state: TrainState) -> tuple[dict[str, float], torch.Tensor]:
+class TrainingDiverged(RuntimeError):
+    """The update was skipped `train.max_nan_steps` steps in a row; the message names the step and checkpoint."""
+
+
+def update(trainer: Trainer, batch: RolloutBatch, state: TrainState, *,
+           usable: bool = True) -> tuple[dict[str, float], torch.Tensor]:
     """`epochs` passes of `minibatches` optimiser steps over the credited batch.
 
-    Returns the averaged metrics and the credit each token received, `-rows * dLoss/dlogp` of its
-    mini-batch's loss (`credo.diagnostics`), averaged over epochs: (B, T).
+    Returns the averaged metrics (`optim/skipped`: the share of skipped optimiser steps) and the credit each
+    token received, `-rows * dLoss/dlogp` of its mini-batch's loss (`credo.diagnostics`), averaged over
+    epochs: (B, T). `usable=False` (a non-finite behaviour pass, see `score`) skips every optimiser step.
+    A step with any skipped optimiser step extends `state.nan_streak`; at `train.max_nan_steps` in a row the
+    run stops with `TrainingDiverged`, its checkpoints untouched (a skipped step changes no weight).
     """
     optim = trainer.config.optim
     totals: dict[str, float] = {}
@@ -238,26 +284,40 @@ def update(trainer: Trainer, batch: RolloutBatch, state: TrainState) -> tuple[di
     for _ in range(optim.epochs):
         order = torch.randperm(batch.size).to(batch.response_ids.device)
         for rows in order.chunk(optim.minibatches):
-            metrics, minibatch_credit = optimiser_step(trainer, batch.select(rows), state)
+            metrics, minibatch_credit = optimiser_step(trainer, batch.select(rows), state, usable=usable)
             credit[rows] += minibatch_credit / optim.epochs
             for key, value in metrics.items():
                 totals[key] = totals.get(key, 0.0) + value
             count += 1
+    state.nan_streak = state.nan_streak + 1 if totals["optim/skipped"] else 0
+    if state.nan_streak >= trainer.config.train.max_nan_steps:
+        checkpoint = trainer.run.latest_checkpoint()
+        raise TrainingDiverged(
+            f"step {state.step + 1}: the update was skipped {state.nan_streak} steps in a row (train.max_nan_steps) "
+            "for a non-finite log-prob, loss or gradient, or a gradient norm above train.max_grad_norm; stopping. "
+            + (f"The last checkpoint, {checkpoint}, is intact" if checkpoint else "No checkpoint was written yet")
+            + "; start a new run with a lower optim.lr, or check the rewards."
+        )
     return {key: value / count for key, value in totals.items()}, credit
 
 
-def optimiser_step(trainer: Trainer, minibatch: RolloutBatch, state: TrainState) -> tuple[dict[str, float], torch.Tensor]:
-    """One optimiser step on a mini-batch, accumulated over micro-batches; a non-finite loss skips it.
+def optimiser_step(trainer: Trainer, minibatch: RolloutBatch, state: TrainState, *,
+                   usable: bool = True) -> tuple[dict[str, float], torch.Tensor]:
+    """One optimiser step on a mini-batch, accumulated over micro-batches.
 
-    Returns the metrics and the mini-batch's per-token credit `-rows * dLoss/dlogp`, (rows, T).
+    The step is skipped (no weight, optimiser or schedule change; `optim/skipped` 1, no credit) when the
+    current log-probs, the loss or the gradient are non-finite, when the gradient norm exceeds
+    `train.max_grad_norm`, or when `usable` is False. Returns the metrics and the mini-batch's per-token
+    credit `-rows * dLoss/dlogp`, (rows, T).
     """
     config = trainer.config
     denominators = trainer.method.loss.normalisers(minibatch.loss_mask)
     metrics: dict[str, float] = {}
     credit = torch.zeros_like(minibatch.old_logp)  # (rows, T)
-    entropy_sum, finite = 0.0, True
-    for rows in micro_batches(minibatch.prompt_mask, minibatch.response_mask, max_rows=config.optim.micro_batch_size,
-                              max_tokens=config.optim.micro_batch_tokens):
+    entropy_sum, good = 0.0, usable
+    parts = micro_batches(minibatch.prompt_mask, minibatch.response_mask, max_rows=config.optim.micro_batch_size,
+                          max_tokens=config.optim.micro_batch_tokens) if usable else []
+    for rows in parts:
         rows = rows.to(minibatch.response_ids.device)
         part = minibatch.select(rows)
         logp, entropy = policy_logprobs(
@@ -266,13 +326,17 @@ def optimiser_step(trainer: Trainer, minibatch: RolloutBatch, state: TrainState)
             with_entropy=trainer.on_policy, autocast=trainer.autocast,
         )
         logp = logp.float()
+        if not torch.isfinite(logp[part.response_mask]).all() or (
+                entropy is not None and not torch.isfinite(entropy[part.response_mask]).all()):
+            good = False
+            break
         if trainer.on_policy:  # this pass is the behaviour policy's
             part = part.replace(old_logp=torch.where(part.response_mask, logp.detach(), 0.0))
             entropy_sum += float(entropy.float().clamp(min=0)[part.response_mask].sum())
         logp.retain_grad()  # the credit diagnostics read dLoss/dlogp from the backward pass taken anyway
         out = trainer.method.policy_loss(logp, part, **denominators)
         if not torch.isfinite(out.loss):
-            finite = False
+            good = False
             break
         out.loss.backward()
         if logp.grad is not None:
@@ -280,27 +344,22 @@ def optimiser_step(trainer: Trainer, minibatch: RolloutBatch, state: TrainState)
         weight = part.size / minibatch.size
         for key, value in out.metrics.items():
             metrics[key] = metrics.get(key, 0.0) + weight * value
-    if trainer.on_policy:
+    if trainer.on_policy and good:
         metrics["entropy/mean"] = entropy_sum / max(1, int(minibatch.response_mask.sum()))
     params = [p for p in trainer.model.parameters() if p.requires_grad]
-    if finite:
+    if good:
         norm = torch.nn.utils.clip_grad_norm_(params, config.optim.grad_clip or math.inf)
-        finite = bool(torch.isfinite(norm))
         metrics["grad_norm"] = float(norm)
-    if finite:
+        bound = config.train.max_grad_norm
+        good = bool(torch.isfinite(norm)) and (bound is None or float(norm) <= bound)
+    if good:
         trainer.optimizer.step()
         trainer.scheduler.step()
-        state.nan_streak = 0
     else:
-        state.nan_streak += 1
         state.skipped_steps += 1
-        if state.nan_streak >= config.train.max_nan_steps:
-            raise RuntimeError(
-                f"{state.nan_streak} optimiser steps in a row had a non-finite loss or gradient (step {state.step + 1}); "
-                f"stopping. The last checkpoint in {trainer.run.checkpoints} is intact; lower optim.lr or check rewards."
-            )
+        credit.zero_()
     trainer.optimizer.zero_grad(set_to_none=True)
-    metrics["optim/skipped"] = float(not finite)
+    metrics["optim/skipped"] = float(not good)
     return metrics, credit
 
 
@@ -362,6 +421,7 @@ def record_eval(trainer: Trainer, problems, state: TrainState) -> dict:
     result = evaluate_policy(
         trainer.backend, trainer.task, problems, config.eval,
         max_new_tokens=config.rollout.max_new_tokens, seed=config.train.seed + 1_000_003 * (state.step + 1),
+        reward_errors=config.rollout.reward_errors,
     )
     trainer.run.append(trainer.run.metrics_file, {
         "step": state.step, "rollout_tokens": state.rollout_tokens, "wall_s": state.wall_s, "eval": result,

@@ -69,6 +69,11 @@ def verify_all(task: Task, problems: list[Problem], texts: list[str], on_error: 
     return verdicts, errors
 
 
+def sandbox_failures(verdicts: list[Verdict]) -> int:
+    """How many verifications failed in their sandbox (logged as `verify/sandbox_failures`)."""
+    return sum(v.sandbox_failed for v in verdicts)
+
+
 def overlong_penalty(lengths: Tensor, max_new_tokens: int, buffer: int) -> Tensor:
     """DAPO's soft penalty: 0 up to `max - buffer` tokens, then falling linearly to -1 at `max`."""
     return -((lengths - (max_new_tokens - buffer)).clamp(min=0) / buffer).clamp(max=1.0)
@@ -88,7 +93,8 @@ def sample_round(backend, task: Task, problems: list[Problem], config: RolloutCo
         lengths = completions.response_mask.sum(dim=1)
         rewards = rewards + overlong_penalty(lengths, config.max_new_tokens, config.overlong_buffer)
     group_id = torch.arange(len(problems)).repeat_interleave(config.group_size)
-    return Rollout(rows, completions, verdicts, rewards, group_id, completions.tokens, {"rollout/reward_errors": errors})
+    metrics = {"rollout/reward_errors": errors, "verify/sandbox_failures": sandbox_failures(verdicts)}
+    return Rollout(rows, completions, verdicts, rewards, group_id, completions.tokens, metrics)
 
 
 def sample_groups(backend, task: Task, stream: ProblemStream, config: RolloutConfig) -> Rollout:
@@ -113,6 +119,7 @@ def sample_groups(backend, task: Task, stream: ProblemStream, config: RolloutCon
     merged.generated_tokens = sum(r.generated_tokens for r in rounds)
     merged.metrics = {
         "rollout/reward_errors": sum(r.metrics["rollout/reward_errors"] for r in rounds),
+        "verify/sandbox_failures": sum(r.metrics["verify/sandbox_failures"] for r in rounds),
         "rollout/refills": refills,
         "rollout/kept_group_share": min(len(kept), config.prompts_per_step) / config.prompts_per_step,
     }

@@ -22,7 +22,7 @@ import torch
 from credo.config import ResetConfig
 from credo.evaluate import pass_at_k
 from credo.rollout.generate import Completions, encode_prompts
-from credo.rollout.groups import ProblemStream, Rollout, verify_all
+from credo.rollout.groups import ProblemStream, Rollout, sandbox_failures, verify_all
 from credo.rollout.localise import localisation_prompt, parse_step
 from credo.rollout.reset_plan import SPLITS, draws_needed, plan
 from credo.rollout.thoughts import Episode, ThoughtRules, episode, token_pieces
@@ -76,6 +76,8 @@ def sample_resets(backend, task: Task, stream: ProblemStream, config, localiser:
         cost["seed"] += sum(r.tokens for j, r in enumerate(draws[i]) if j not in p.base)
     rollout = assemble(groups, backend.tokenizer.pad_token_id, sum(cost.values()))
     rollout.metrics = reset_metrics(plans, seeds, cost, task.checks_steps)
+    verified = [r for d in draws for r in d] + [r for s in seeds for r in s.continuations]
+    rollout.metrics["verify/sandbox_failures"] = sandbox_failures([r.verdict for r in verified])
     return rollout
 
 

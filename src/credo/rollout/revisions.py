@@ -36,6 +36,8 @@ class Revision:
     ids: list[int]
     success: bool
     truncated: bool
+    sandbox_failed: bool = False
+    """Its verification failed in the sandbox (see `Verdict.sandbox_failed`)."""
 
 
 def sample_revisions(backend, task: Task, stream: ProblemStream, config: RolloutConfig,
@@ -61,6 +63,8 @@ def sample_revisions(backend, task: Task, stream: ProblemStream, config: Rollout
     cost = sum(len(r.ids) for r in revisions)
     rollout.metrics.update(revision_metrics(revisions, success, correct, cost, rollout.generated_tokens))
     rollout.metrics["rollout/reward_errors"] = rollout.metrics.get("rollout/reward_errors", 0) + errors
+    rollout.metrics["verify/sandbox_failures"] = (rollout.metrics.get("verify/sandbox_failures", 0)
+                                                  + sum(r.sandbox_failed for r in revisions))
     rollout.generated_tokens += cost
     return rollout
 
@@ -98,7 +102,7 @@ def revise(backend, task: Task, rollout: Rollout, requests: list[tuple[int, int]
     verdicts, errors = verify_all(task, problems, out.texts, config.reward_errors)
     revisions = [
         Revision(row, ref, out.response_ids[n][out.response_mask[n]].tolist(),
-                 verdict.correct and not bool(out.truncated[n]), bool(out.truncated[n]))
+                 verdict.correct and not bool(out.truncated[n]), bool(out.truncated[n]), verdict.sandbox_failed)
         for n, ((row, ref), verdict) in enumerate(zip(requests, verdicts))
     ]
     return revisions, errors

@@ -23,7 +23,6 @@ mixes two studies.
 from __future__ import annotations
 
 import os
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -176,10 +175,8 @@ def run_cell(cell: Cell, *, show_progress: bool, threads: int | None = None) -> 
 
     if threads is not None:
         torch.set_num_threads(threads)
-    status = cell_status(cell)
-    if status == "restart":  # stopped before its first checkpoint: nothing to continue from
-        shutil.rmtree(cell.run_dir)
-    return train(cell.config, cell.run_dir, resume=status == "resume", show_progress=show_progress)
+    # Resuming a cell that stopped before its first checkpoint starts it again from step 0 (under the run's lock).
+    return train(cell.config, cell.run_dir, resume=cell_status(cell) in ("resume", "restart"), show_progress=show_progress)
 
 
 def _exit_with_parent(parent: int) -> None:

@@ -13,14 +13,22 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from credo.io import read_jsonl, write_text_atomic
+from credo.io import iter_jsonl, write_text_atomic
 
 SHADES = 10
 """Steps of colour intensity (CSS classes n0..n10 for negative credit, p0..p10 for positive)."""
 
 
 def samples_at(run_dir: Path, step: int) -> list[dict]:
-    return [r for r in read_jsonl(run_dir / "samples.jsonl") if r["step"] == step and "credit" in r]
+    """The samples a run logged at `step` with their credit, read from `samples.jsonl` one line at a time
+    (up to the first later step: the file is in step order)."""
+    found = []
+    for record in iter_jsonl(run_dir / "samples.jsonl"):
+        if record["step"] > step:
+            break
+        if record["step"] == step and "credit" in record:
+            found.append(record)
+    return found
 
 
 def render_row(sample: dict) -> str:

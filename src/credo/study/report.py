@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from credo.io import read_jsonl, write_json_atomic, write_text_atomic
+from credo.io import iter_jsonl, write_json_atomic, write_text_atomic
 from credo.plots import save_figure
 from credo.study.curves import Curve, Estimate, Share, area, first_crossing, mean_curve, mean_interval, share_of_gain
 from credo.study.document import Block, Bullets, Code, Heading, Image, Paragraph, Table, to_html, to_markdown
@@ -61,8 +61,8 @@ def load_runs(directory: Path) -> tuple[dict, dict[str, dict[str, list[Run]]]]:
             for seed in study["seeds"]:
                 path = run_path(directory, difficulty, method, seed)
                 if (path / "summary.json").exists():
-                    records = read_jsonl(path / "metrics.jsonl")
-                    runs.append(Run(method, seed, path, [r for r in records if "eval" in r],
+                    evals = [r for r in iter_jsonl(path / "metrics.jsonl") if "eval" in r]
+                    runs.append(Run(method, seed, path, evals,
                                     json.loads((path / "summary.json").read_text())))
             out[difficulty][method] = runs
     return study, out

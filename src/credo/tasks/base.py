@@ -50,6 +50,9 @@ class Verdict:
     """0-based index of the first wrong thought; None when every step is right or the task cannot tell."""
     error_kind: str | None = None
     """What the first wrong step was (e.g. a misconception's name, "slip", "format"); None if no wrong step."""
+    sandbox_failed: bool = False
+    """The verification failed in its sandbox (the scorer's worker overran its time limit, died, hit a limit
+    or attempted a refused operation): scored 0, and counted in `verify/sandbox_failures`."""
 
 
 class Task(Protocol):

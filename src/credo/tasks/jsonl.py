@@ -7,7 +7,9 @@ string. `match: math` instead grades the whole response with math-verify (`credo
 its answer (the `\\boxed{...}` content, else the last LaTeX or plain expression) is correct when it equals
 the ground truth mathematically ("\\frac{1}{2}" = "0.5", "2\\sqrt{2}" = "\\sqrt{8}", "x = 3" = "3"); this
 needs the optional package math-verify (`pip install 'credo[tasks]'`). An optional `difficulty` field
-buckets the evaluation. A malformed line is an error that names the file and the line.
+buckets the evaluation. A malformed line is an error that names the file and the line: "prompt" must be a
+string, "answer" a string or a number, "difficulty" (when present) a string or an integer; null, a list or
+a boolean in any of them is an error that names the field.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ from credo.extras import require
 from credo.tasks.base import TASKS, Problem, Verdict, seeded_epochs
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+_FIELDS = (("prompt", str, "a string"), ("answer", (str, int, float), "a string or a number"),
+           ("difficulty", (str, int), "a string or an integer"))
+"""Each field of a line with the JSON types it may hold (booleans excluded; null never)."""
 
 
 class JsonlConfig(BaseModel):
@@ -64,7 +69,12 @@ def read_problems(path: str | Path) -> list[Problem]:
             raise ValueError(f"{path}:{number}: not valid JSON ({error.msg})") from None
         if not isinstance(record, dict) or "prompt" not in record or "answer" not in record:
             raise ValueError(f'{path}:{number}: each line needs "prompt" and "answer" fields')
-        problems.append(Problem(str(record["prompt"]), str(record["answer"]), str(record.get("difficulty", "all"))))
+        for field, allowed, what in _FIELDS:
+            value = record.get(field, "all")
+            wrong = isinstance(value, bool) or not isinstance(value, allowed)
+            if wrong:
+                raise ValueError(f'{path}:{number}: "{field}" must be {what}, got {json.dumps(value)[:60]}')
+        problems.append(Problem(record["prompt"], str(record["answer"]), str(record.get("difficulty", "all"))))
     if not problems:
         raise ValueError(f"{path}: no problems")
     return problems
@@ -134,10 +144,11 @@ class JsonlTask:
 
     def verify(self, problem: Problem, response: str) -> Verdict:
         if self.config.match == "math":
-            from credo.tasks.math_grading import grade_math
+            from credo.tasks.math_grading import grade_math_outcomes
 
-            correct = grade_math(response, problem.answer)
-            return Verdict(reward=float(correct), correct=correct)
+            [outcome] = grade_math_outcomes([(response, problem.answer)])
+            correct = outcome.value is True
+            return Verdict(reward=float(correct), correct=correct, sandbox_failed=outcome.failed)
         given = extract_answer(response, self.config.match)
         correct = given is not None and answers_equal(given, problem.answer)
         return Verdict(reward=float(correct), correct=correct)

@@ -13,6 +13,11 @@ of its last `\\boxed{...}` (else, with `answer_fallback: last_number`, its last 
 that score (partial credit where the dataset gives it), or with
 `binary_reward` 1/0; a response is `correct` when its score reaches `correct_threshold`. No answer: 0.
 
+The answer is untrusted (some scorers `eval` it): where the dataset's scorer evaluates answers, one outside
+the dataset's answer grammar (`credo.tasks.answer_grammar`) scores 0 without reaching the scorer, and every
+scorer runs in a sandbox worker (`credo.tasks.sandbox`) with a time limit of `score_timeout_s` per answer; a
+scoring that overruns it, dies or hits a limit scores 0 with `Verdict.sandbox_failed` set.
+
 `bucket_by` names keys of the entries' `metadata["difficulty"]` for the eval's difficulty buckets, e.g.
 `["num_terms"]` gives "num_terms=3"; a key the entry's metadata also holds on its own is that problem's value
 (chain_sum's "num_terms" is 3 for a 3-term sum, while `metadata["difficulty"]["num_terms"]` is the dataset's
@@ -34,8 +39,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from credo.extras import require
+from credo.tasks.answer_grammar import admits
 from credo.tasks.base import TASKS, Problem, Verdict, seeded_epochs
 from credo.tasks.jsonl import _NUMBER, last_boxed
+from credo.tasks.sandbox import Sandbox
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +60,9 @@ a nearby seed would repeat the training items."""
 
 EVAL_CHUNKS = 10
 """How many eval-sized batches the held-out set may draw to replace questions removed as training repeats."""
+
+SANDBOX = Sandbox("reasoning-gym", "reasoning_gym_scorer")
+"""Where the datasets' scorers run (one worker per process, shared by every reasoning-gym task)."""
 
 
 def _reasoning_gym() -> ModuleType:
@@ -123,6 +133,8 @@ class ReasoningGymConfig(BaseModel):
     number (for small models that do not follow the answer format, e.g. SmolLM2-135M)."""
     bucket_by: list[str] = Field(default_factory=list)
     """Keys of the entries' `metadata["difficulty"]` forming the eval buckets ("num_terms=3"); empty: "all"."""
+    score_timeout_s: float = Field(10.0, gt=0.0, le=600.0)
+    """Time (wall clock, and CPU) the sandboxed scorer may take per answer; beyond it the answer scores 0."""
 
     @property
     def dataset(self) -> str:
@@ -243,16 +255,19 @@ class ReasoningGymTask:
             raise ValueError(f"{self.name}: the problem carries no reasoning-gym entry (meta['entry']); "
                              "it is not from this task")
         answer = extract_answer(response, self.config.answer_fallback)
-        if answer is None:
+        if answer is None or not admits(self.config.dataset, answer, entry):
             return Verdict(reward=0.0, correct=False)
-        try:
-            score = float(self.dataset.score_answer(answer, entry))
-        except Exception as error:  # some scorers raise on malformed answers (e.g. int("abc")): a wrong answer
+        config = self.config
+        outcome = SANDBOX.call("score", (config.dataset, config.config, config.size, config.seed, answer, entry),
+                               config.score_timeout_s)
+        if outcome.failed:
+            return Verdict(reward=0.0, correct=False, sandbox_failed=True)
+        if outcome.error is not None:  # some scorers raise on malformed answers (e.g. int("abc")): a wrong answer
             self._scorer_errors += 1
             level = logging.WARNING if self._scorer_errors == 1 else logging.DEBUG
             log.log(level, "%s: the scorer raised %s on answer %r; scored 0 "
-                    "(further such errors are logged at debug level)", self.name, _describe(error), answer[:200])
-            score = 0.0
+                    "(further such errors are logged at debug level)", self.name, outcome.error, answer[:200])
+        score = outcome.value if isinstance(outcome.value, (int, float)) else 0.0
         score = min(1.0, max(0.0, score)) if math.isfinite(score) else 0.0
         correct = score >= self.config.correct_threshold
         return Verdict(reward=float(correct) if self.config.binary_reward else score, correct=correct)
