@@ -316,3 +316,23 @@ def test_a_study_cell_in_a_locked_directory_is_refused(tmp_path):
     [cell] = load_study(study_file).cells()
     with RunDirectory(cell.run_dir).lock(), pytest.raises(RunLockedError, match=f"^{cell.run_dir} is in use"):
         run_cell(cell, show_progress=False)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002, 0o077])
+def test_written_files_and_folders_follow_the_umask(tmp_path, umask):
+    # tempfile makes owner-only files and folders; what credo renames into place must have the mode a plain
+    # open or mkdir gives, so that a run can be shared with a group.
+    from credo.plots import learning_curve
+
+    old = os.umask(umask)
+    try:
+        io.write_text_atomic(tmp_path / "config.yaml", "a: 1\n")
+        with io.atomic_directory(tmp_path / "checkpoints" / "step_1") as folder:
+            (folder / "state.json").write_text("{}")
+        learning_curve([{"step": 1, "reward/mean": 0.5}], tmp_path / "plots" / "curve.png", title="t")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "config.yaml").stat().st_mode & 0o777 == 0o666 & ~umask
+    assert (tmp_path / "checkpoints" / "step_1").stat().st_mode & 0o777 == 0o777 & ~umask
+    assert (tmp_path / "plots" / "curve.png").stat().st_mode & 0o777 == 0o666 & ~umask
+    assert io.current_umask() == old

@@ -31,6 +31,25 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
+def current_umask() -> int:
+    """The process's umask, read without changing it where the OS allows (Linux: /proc/self/status)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
+def default_mode(*, directory: bool = False) -> int:
+    """The mode a plain `open` or `mkdir` would give: 0o666 (a file) or 0o777 (a folder) less the umask.
+
+    `tempfile` creates owner-only files (0o600) and folders (0o700); what credo renames into place gets this
+    mode instead, so that a run or a cache can be shared as the user's umask says."""
+    return (0o777 if directory else 0o666) & ~current_umask()
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     """Write `text` into `path` through a fsynced temporary file renamed into place."""
     write_lines_atomic(path, [text])
@@ -41,6 +60,7 @@ def write_lines_atomic(path: Path, pieces: Iterable[str]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, default_mode())
         with os.fdopen(fd, "w") as handle:
             for piece in pieces:
                 handle.write(piece)
@@ -124,6 +144,7 @@ def atomic_directory(target: Path) -> Iterator[Path]:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
     try:
+        tmp.chmod(default_mode(directory=True))
         yield tmp
         for folder, _, files in os.walk(tmp):
             for name in files:

@@ -6,6 +6,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from credo.io import default_mode
+
 
 def learning_curve(records: list[dict], path: Path, *, title: str) -> Path:
     """Held-out greedy and sampled pass@1 against optimiser steps, with the training reward beside them."""
@@ -44,6 +46,7 @@ def save_figure(fig, path: Path, *, dpi: int = 100) -> Path:
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".png")
+    os.fchmod(fd, default_mode())
     os.close(fd)
     fig.savefig(tmp, dpi=dpi)
     plt.close(fig)
