@@ -280,6 +280,65 @@ def test_a_run_killed_before_its_first_checkpoint_restarts_with_resume(tmp_path,
     assert sorted(p.name for p in (killed / "checkpoints").iterdir()) == ["step_000003"]
 
 
+KILLER = """
+import os, signal, sys
+import credo.train as trainer_module
+from credo.config import load_config
+
+point, run_dir, settings = sys.argv[1], sys.argv[2], sys.argv[3:]
+calls = {}
+
+
+def die():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def kill_in(name, call, after):
+    original = getattr(trainer_module, name)
+
+    def wrapped(*args, **kwargs):
+        calls[name] = calls.get(name, 0) + 1
+        if calls[name] == call and not after:
+            die()
+        result = original(*args, **kwargs)
+        if calls[name] == call:
+            die()
+        return result
+
+    setattr(trainer_module, name, wrapped)
+
+
+KILL_POINTS = {
+    "first_step": ("sample_groups", 1, False),        # before the first step's rollouts
+    "after_checkpoint": ("save_checkpoint", 1, True),  # the step-2 checkpoint written, nothing after it
+    "mid_evaluation": ("evaluate_policy", 2, True),    # the step-2 evaluation computed, not yet logged
+    "mid_export": ("export_model", 1, True),           # the final model written to its temporary folder only
+}
+kill_in(*KILL_POINTS[point])
+trainer_module.train(load_config(None, settings), run_dir, show_progress=False)
+"""
+
+
+@pytest.mark.parametrize("point", ["first_step", "after_checkpoint", "mid_evaluation", "mid_export"])
+def test_a_sigkill_at_each_kill_point_resumes_to_the_uninterrupted_run(tmp_path, point):
+    # The soak of the resume guarantee: a SIGKILL at a deterministic point of a run (the process kills itself
+    # inside the named call), then `train(resume=True)`: the same steps, rewards and evaluations, and a model.
+    # (Killing `credo compare` is tested in test_study_grid.py.)
+    settings = TINY + ["train.steps=3"]
+    straight = train(load_config(None, settings), tmp_path / "straight", show_progress=False)
+    killed = tmp_path / "killed"
+    process = subprocess.run([sys.executable, "-c", KILLER, point, str(killed), *settings],
+                             capture_output=True, text=True, timeout=300, check=False)
+    assert process.returncode == -signal.SIGKILL, process.stderr
+    assert not (killed / "summary.json").exists()
+    summary = train(load_config(killed / "config.yaml"), killed, resume=True, show_progress=False)
+    assert untimed(killed) == untimed(tmp_path / "straight")
+    assert (summary["steps"], summary["eval_start"], summary["eval_end"]) == (
+        straight["steps"], straight["eval_start"], straight["eval_end"])
+    assert (killed / "model" / "config.json").exists()
+    assert not [p for p in killed.iterdir() if p.name.startswith(".model.")]  # no export temporaries left
+
+
 # ------------------------------------------------------------------------------------------ the lock
 def test_a_run_directory_is_locked_while_a_process_trains_in_it(tmp_path):
     run_dir = tmp_path / "run"

@@ -121,9 +121,11 @@ class RunDirectory:
         shutil.rmtree(self.root / "tensorboard", ignore_errors=True)
 
     def remove_stale_temporaries(self) -> None:
-        """Remove the temporary folders of checkpoints whose writing was killed (`checkpoints/.step_*`)."""
-        for path in recover_directories(self.checkpoints, "step_*"):
-            log.info("removed %s, a checkpoint whose writing was interrupted", path)
+        """Remove the temporary folders of checkpoints and of the exported model whose writing was killed
+        (`checkpoints/.step_*`, `.model.*`)."""
+        for parent, pattern in ((self.checkpoints, "step_*"), (self.root, self.model_dir.name)):
+            for path in recover_directories(parent, pattern):
+                log.info("removed %s, a folder whose writing was interrupted", path)
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
