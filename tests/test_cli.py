@@ -135,3 +135,12 @@ def test_a_missing_extra_and_a_missing_gpu_are_plain_one_line_errors(tmp_path, m
     if not torch.cuda.is_available():
         gpu = CliRunner().invoke(app, ["eval", str(tmp_path), "--set", "train.device=cuda"])
         assert gpu.exit_code == 2 and gpu.stderr.startswith("error: train.device = 'cuda' but no CUDA device"), gpu.stderr
+
+
+def test_a_corrupt_model_config_is_a_one_line_error(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "llama", ')
+    result = CliRunner().invoke(app, ["eval", str(model)])
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("error: ") and "config.json" in result.stderr and "Traceback" not in result.stderr

@@ -143,3 +143,34 @@ def test_workers_die_with_a_killed_compare(tmp_path):
     for process in alive:
         process.kill()
     assert not alive, f"{len(alive)} worker(s) outlived the killed compare"
+
+
+def test_a_sigkilled_compare_resumes_to_the_uninterrupted_grid(tmp_path):
+    # `credo compare` SIGKILLed while its second cell trains (past that cell's step-2 checkpoint): running the
+    # study again finishes the grid with the same metrics, cell by cell, as a study never interrupted.
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    five_steps = {**TINY_SET, "train": {**TINY_SET["train"], "steps": 5}}
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    straight = load_study(write_study(tmp_path / "a", set=five_steps))
+    run_study(straight, log=lambda _: None)
+    study_file = write_study(tmp_path / "b", set=five_steps)
+    killed = load_study(study_file)
+    second = killed.cells()[1].run_dir / "metrics.jsonl"
+    process = subprocess.Popen([sys.executable, "-m", "credo", "compare", str(study_file)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 180
+    while not (second.exists() and '"step": 3,' in second.read_text()):
+        assert process.poll() is None, process.stderr.read().decode()
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert cell_status(killed.cells()[1]) == "resume"
+    run_study(killed, log=lambda _: None)
+    for done, reference in zip(killed.cells(), straight.cells()):
+        assert records(done.run_dir) == records(reference.run_dir)
