@@ -17,7 +17,7 @@ import pytest
 
 from credo.config import load_config
 from credo.extras import MissingExtra
-from credo.rollout.groups import verify_all
+from credo.tasks import verify_all
 from credo.tasks import JsonlConfig, JsonlTask, Problem, build_task, math_grading
 from credo.tasks.math_grading import grade_math, grade_math_many, worker_pid
 

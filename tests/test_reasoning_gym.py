@@ -14,7 +14,7 @@ import reasoning_gym  # the test extra installs it
 
 from credo.config import ConfigError, load_config, validate
 from credo.extras import MissingExtra
-from credo.rollout.groups import verify_all
+from credo.tasks import verify_all
 from credo.tasks import ArithTask, JsonlTask, Problem, ReasoningGymTask, build_task, task_class
 from credo.tasks.reasoning_gym import DEFAULT_INSTRUCTION, EVAL_SEED_OFFSET, SANDBOX, ReasoningGymConfig, bucket
 from credo.tasks.sandbox import Outcome

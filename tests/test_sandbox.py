@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import reasoning_gym  # the test extra installs it
 
-from credo.rollout.groups import sandbox_failures, verify_all
+from credo.tasks import sandbox_failures, verify_all
 from credo.tasks import build_task
 from credo.tasks.answer_grammar import GRAMMARS
 from credo.tasks.sandbox import FAILED, Limits, Sandbox

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
+from credo.tasks import verify_all
+
 
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k of a problem with `c` correct out of `n` samples (`k <= n`).
@@ -76,7 +78,6 @@ def evaluate_policy(backend, task, problems, config, *, max_new_tokens: int, see
     import torch
 
     from credo.rollout.generate import encode_prompts
-    from credo.rollout.groups import verify_all
 
     prompts = encode_prompts(backend.tokenizer, [p.prompt for p in problems])
     greedy = samples = None

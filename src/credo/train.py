@@ -70,9 +70,10 @@ def train(config: RunConfig, run_dir, *, resume: bool = False, show_progress: bo
     Resuming with a config that differs from the run's config.yaml in a key outside `credo.config.RESUMABLE`
     is a ConfigError before anything loads; allowed changes are applied and recorded in config.yaml.
     """
+    run = RunDirectory(run_dir)
     if resume:
-        check_resume(RunDirectory(run_dir).root / "config.yaml", config)
-    trainer = build_trainer(config, RunDirectory(run_dir))
+        check_resume(run.root / "config.yaml", config)
+    trainer = build_trainer(config, run)
     state = start_or_resume(trainer, resume)
     if resume:
         record_resumed_config(trainer, state)
@@ -228,7 +229,7 @@ def score(trainer: Trainer, rollout: Rollout) -> tuple[RolloutBatch, bool]:
             old_logp[rows] = logp.float()
             entropy[rows] = part_entropy.float().clamp(min=0)
     mask = c.response_mask.to(trainer.device)
-    finite = bool(torch.isfinite(old_logp[mask]).all()) and (entropy is None or bool(entropy[mask].isfinite().all()))
+    finite = finite_on(mask, old_logp, entropy)
     if not finite:
         old_logp = torch.nan_to_num(old_logp, nan=0.0, posinf=0.0, neginf=0.0)
         entropy = None if entropy is None else torch.nan_to_num(entropy, nan=0.0, posinf=0.0, neginf=0.0)
@@ -257,6 +258,11 @@ def score(trainer: Trainer, rollout: Rollout) -> tuple[RolloutBatch, bool]:
         edit_mask=_to(rollout.edit_mask, trainer.device),
     )
     return batch, finite
+
+
+def finite_on(mask: torch.Tensor, *values: torch.Tensor | None) -> bool:
+    """Whether every given (B, T) tensor is finite on the `mask`ed tokens (None: nothing to check)."""
+    return all(bool(torch.isfinite(v[mask]).all()) for v in values if v is not None)
 
 
 def _to(tensor: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
@@ -326,8 +332,7 @@ def optimiser_step(trainer: Trainer, minibatch: RolloutBatch, state: TrainState,
             with_entropy=trainer.on_policy, autocast=trainer.autocast,
         )
         logp = logp.float()
-        if not torch.isfinite(logp[part.response_mask]).all() or (
-                entropy is not None and not torch.isfinite(entropy[part.response_mask]).all()):
+        if not finite_on(part.response_mask, logp, entropy):
             good = False
             break
         if trainer.on_policy:  # this pass is the behaviour policy's

@@ -7,7 +7,6 @@ too, so methods are compared at equal cost.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -16,9 +15,7 @@ from torch import Tensor
 
 from credo.config import RolloutConfig
 from credo.rollout.generate import Completions, encode_prompts
-from credo.tasks import Problem, Task, Verdict
-
-log = logging.getLogger(__name__)
+from credo.tasks import Problem, Task, Verdict, sandbox_failures, verify_all
 
 
 class ProblemStream:
@@ -48,30 +45,6 @@ class Rollout:
     segment_ids: Tensor | None = None  # (N, T) int: thought index per response token, -1 on padding
     revision_success: Tensor | None = None  # (N,) float: IBPO's share of a failure's revisions that verified
     edit_mask: Tensor | None = None  # (N, T) bool: IBPO's tokens the closest successful revision changed
-
-
-def verify_all(task: Task, problems: list[Problem], texts: list[str], on_error: str) -> tuple[list[Verdict], int]:
-    """The task's verdict on every response; a verifier that raises stops the step or scores 0."""
-    verdicts, errors = [], 0
-    for problem, text in zip(problems, texts):
-        try:
-            verdicts.append(task.verify(problem, text))
-        except Exception as error:  # a user's verifier may raise anything
-            if on_error == "raise":
-                raise RuntimeError(
-                    f"the {task.name} verifier raised {type(error).__name__}: {error}\n"
-                    f"  prompt:   {problem.prompt!r}\n  response: {text!r}\n"
-                    "(set rollout.reward_errors=zero to score such responses 0 instead)"
-                ) from error
-            log.warning("verifier raised %s on prompt %r; reward 0", type(error).__name__, problem.prompt)
-            verdicts.append(Verdict(reward=0.0, correct=False))
-            errors += 1
-    return verdicts, errors
-
-
-def sandbox_failures(verdicts: list[Verdict]) -> int:
-    """How many verifications failed in their sandbox (logged as `verify/sandbox_failures`)."""
-    return sum(v.sandbox_failed for v in verdicts)
 
 
 def overlong_penalty(lengths: Tensor, max_new_tokens: int, buffer: int) -> Tensor:

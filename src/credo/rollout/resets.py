@@ -22,11 +22,11 @@ import torch
 from credo.config import ResetConfig
 from credo.evaluate import pass_at_k
 from credo.rollout.generate import Completions, encode_prompts
-from credo.rollout.groups import ProblemStream, Rollout, sandbox_failures, verify_all
+from credo.rollout.groups import ProblemStream, Rollout
 from credo.rollout.localise import localisation_prompt, parse_step
 from credo.rollout.reset_plan import SPLITS, draws_needed, plan
 from credo.rollout.thoughts import Episode, ThoughtRules, episode, token_pieces
-from credo.tasks import Problem, Task, Verdict
+from credo.tasks import Problem, Task, Verdict, sandbox_failures, verify_all
 
 
 @dataclass

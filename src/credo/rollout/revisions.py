@@ -22,9 +22,9 @@ import torch
 from credo.config import RevisionConfig, RolloutConfig
 from credo.credit.revisions import closest_revision, edit_mask
 from credo.rollout.generate import Completions, encode_prompts
-from credo.rollout.groups import ProblemStream, Rollout, sample_groups, verify_all
+from credo.rollout.groups import ProblemStream, Rollout, sample_groups
 from credo.rollout.revise import choose_references, revision_prompt
-from credo.tasks import Task
+from credo.tasks import Task, verify_all
 
 
 @dataclass(frozen=True)

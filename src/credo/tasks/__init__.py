@@ -1,7 +1,18 @@
 """Tasks: prompts with ground truth, verifiers, and step checkers where the task has them."""
 
 from credo.tasks.arith import ArithConfig, ArithTask
-from credo.tasks.base import TASKS, THOUGHT_END, THOUGHT_INSTRUCTION, Problem, Task, Verdict, task_class, task_names
+from credo.tasks.base import (
+    TASKS,
+    THOUGHT_END,
+    THOUGHT_INSTRUCTION,
+    Problem,
+    Task,
+    Verdict,
+    sandbox_failures,
+    task_class,
+    task_names,
+    verify_all,
+)
 from credo.tasks.jsonl import JsonlConfig, JsonlTask
 from credo.tasks.reasoning_gym import ReasoningGymConfig, ReasoningGymTask
 
@@ -14,5 +25,6 @@ def build_task(options: dict) -> Task:
 
 __all__ = [
     "TASKS", "THOUGHT_END", "THOUGHT_INSTRUCTION", "ArithConfig", "ArithTask", "JsonlConfig", "JsonlTask", "Problem",
-    "ReasoningGymConfig", "ReasoningGymTask", "Task", "Verdict", "build_task", "task_class", "task_names",
+    "ReasoningGymConfig", "ReasoningGymTask", "Task", "Verdict", "build_task", "sandbox_failures", "task_class", "task_names",
+    "verify_all",
 ]

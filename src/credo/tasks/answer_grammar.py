@@ -66,17 +66,17 @@ class _Parser:
         return token
 
     def expr(self) -> bool:
-        powered = self.term()
-        while self.peek() in ("+", "-"):
-            self.take()
-            powered |= self.term()
-        return powered
+        return self.chain(self.term, ("+", "-"))
 
     def term(self) -> bool:
-        powered = self.factor()
-        while self.peek() in ("*", "/"):
+        return self.chain(self.factor, ("*", "/"))
+
+    def chain(self, operand, operators: tuple[str, ...]) -> bool:
+        """`operand (operator operand)*`; whether any operand held a power."""
+        powered = operand()
+        while self.peek() in operators:
             self.take()
-            powered |= self.factor()
+            powered |= operand()
         return powered
 
     def factor(self) -> bool:

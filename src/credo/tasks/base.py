@@ -12,12 +12,15 @@ classes up through it, never with `TASKS.get` directly.
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from credo.registry import Registry
+
+log = logging.getLogger(__name__)
 
 THOUGHT_END = "</thought>"
 """Delimiter that closes a thought (one reasoning step) in step-checked tasks."""
@@ -73,6 +76,30 @@ class Task(Protocol):
 
 
 TASKS: Registry[type] = Registry("task")
+
+
+def verify_all(task: Task, problems: list[Problem], texts: list[str], on_error: str) -> tuple[list[Verdict], int]:
+    """The task's verdict on every response; a verifier that raises stops the step or scores 0."""
+    verdicts, errors = [], 0
+    for problem, text in zip(problems, texts):
+        try:
+            verdicts.append(task.verify(problem, text))
+        except Exception as error:  # a user's verifier may raise anything
+            if on_error == "raise":
+                raise RuntimeError(
+                    f"the {task.name} verifier raised {type(error).__name__}: {error}\n"
+                    f"  prompt:   {problem.prompt!r}\n  response: {text!r}\n"
+                    "(set rollout.reward_errors=zero to score such responses 0 instead)"
+                ) from error
+            log.warning("verifier raised %s on prompt %r; reward 0", type(error).__name__, problem.prompt)
+            verdicts.append(Verdict(reward=0.0, correct=False))
+            errors += 1
+    return verdicts, errors
+
+
+def sandbox_failures(verdicts: list[Verdict]) -> int:
+    """How many verifications failed in their sandbox (logged as `verify/sandbox_failures`)."""
+    return sum(v.sandbox_failed for v in verdicts)
 
 
 def task_names() -> list[str]:
