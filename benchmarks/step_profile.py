@@ -4,7 +4,7 @@ Part 1, time shares. On the built-in testbed (the model is built or taken from t
 run phase by phase through the trainer's own functions, each phase timed on its own:
 
 - generation: the method's sampler (sampling the groups and verifying them),
-- old log-probs: `score` (the behaviour policy's log-probs and entropies, no grad, once per rollout batch),
+- old log-probs: `behaviour_batch` (the behaviour policy's log-probs and entropies, no grad, once per rollout batch),
 - credit: the method's credit estimator,
 - forward: the policy's log-probs with grad (decoder + chunked LM head) for every mini-batch,
 - loss + backward: the method's loss and `backward()`,
@@ -42,7 +42,7 @@ from credo.checkpoint import RunDirectory  # noqa: E402
 from credo.config import load_config  # noqa: E402
 from credo.policy import policy_logprobs  # noqa: E402
 from credo.rollout.groups import ProblemStream  # noqa: E402
-from credo.train import build_trainer, sample_rollout, score  # noqa: E402
+from credo.train import behaviour_batch, build_trainer, sample_rollout  # noqa: E402
 
 PHASES = ("generation", "old log-probs", "credit", "forward", "loss + backward", "optimiser")
 MEMORY_SIZES = {"hidden": 576, "vocab": 49152, "chunk": 512}
@@ -65,7 +65,7 @@ def profile_step(trainer, stream) -> dict[str, float]:
 
     rollout = sample_rollout(trainer, stream)
     lap("generation")
-    batch, _ = score(trainer, rollout)
+    batch, _ = behaviour_batch(trainer, rollout)
     lap("old log-probs")
     batch, _ = trainer.method.credit(batch)
     lap("credit")

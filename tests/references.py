@@ -80,9 +80,9 @@ def reference_loss(kind, logp, batch, loss, trace_mask=None):
                 den = 1.0
                 for k in range(t):
                     if m[b, k]:
-                        num = num + loss.lam ** (t - k) * d[k].detach()
+                        num = num + loss.decay ** (t - k) * d[k].detach()
                     if counted[b, k]:
-                        den = den + loss.lam ** (t - k)
+                        den = den + loss.decay ** (t - k)
                 z = num / den if loss.normalize else num
                 history = z - d[t].detach()
                 if loss.clip != "combined":

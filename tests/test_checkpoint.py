@@ -309,7 +309,7 @@ def kill_in(name, call, after):
 
 
 KILL_POINTS = {
-    "first_step": ("sample_groups", 1, False),        # before the first step's rollouts
+    "first_step": ("sample_rollout", 1, False),       # before the first step's rollouts
     "after_checkpoint": ("save_checkpoint", 1, True),  # the step-2 checkpoint written, nothing after it
     "mid_evaluation": ("evaluate_policy", 2, True),    # the step-2 evaluation computed, not yet logged
     "mid_export": ("export_model", 1, True),           # the final model written to its temporary folder only

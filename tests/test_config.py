@@ -13,7 +13,7 @@ from credo.methods import get_method
 YAML = """\
 method: p_trace
 loss:
-  lam: 0.9
+  decay: 0.9
 rollout:
   group_size: 4
   temperature: 0.7
@@ -51,14 +51,14 @@ def config_error(overrides, path=None) -> str:
 def test_load_yaml_file(tmp_path):
     config = load_config(write(tmp_path, YAML))
     assert config.method == "p_trace"
-    assert config.loss == {"lam": 0.9}
+    assert config.loss == {"decay": 0.9}
     assert (config.rollout.group_size, config.rollout.temperature, config.rollout.stop) == (4, 0.7, ["\n\n"])
     assert (config.optim.lr, config.optim.schedule, config.optim.betas) == (1e-4, "cosine", (0.8, 0.95))
     assert config.task == {"name": "arith", "max_steps": 4, "noise": {"p_misc": 0.5}}
     assert (config.eval.samples, config.eval.ks) == (2, [1, 2])
     # untouched sections keep their defaults
     assert config.train == RunConfig().train and config.rollout.prompts_per_step == 16
-    assert get_method(config.method, loss=config.loss).loss.lam == 0.9
+    assert get_method(config.method, loss=config.loss).loss.decay == 0.9
 
 
 def test_defaults_without_a_file():
@@ -174,7 +174,7 @@ def test_unknown_method_and_switches():
     message = config_error(["loss.lamb=0.9"])
     assert re.search(r"grpo\.loss: unknown switch\(es\) lamb; allowed: .*\bclip_high\b", message), message
     message = config_error(["method=p_trace", "loss.lamb=0.9"])
-    assert re.search(r"p_trace\.loss: unknown switch\(es\) lamb; allowed: .*\blam\b", message), message
+    assert re.search(r"p_trace\.loss: unknown switch\(es\) lamb; allowed: .*\bdecay\b", message), message
     message = config_error(["credit.bogus=1"])
     assert "grpo.estimator: unknown switch(es) bogus; allowed:" in message
 
@@ -217,8 +217,8 @@ def test_eval_ks_must_be_positive(ks):
         ("rollout.resets.localiser_temperature=.inf",
          "rollout.resets.localiser_temperature: Input should be a finite number"),
         ("train.max_grad_norm=.inf", "train.max_grad_norm: Input should be a finite number"),
-        ("loss.clip_high=.inf", "config: ClipLoss.clip_high = inf must be finite and lie in [0.0, inf)"),
-        ("loss.clip_low=.nan", "config: ClipLoss.clip_low = nan must be finite and lie in [0.0, 1.0)"),
+        ("loss.clip_high=.inf", "config: PPOClipLoss.clip_high = inf must be finite and lie in [0.0, inf)"),
+        ("loss.clip_low=.nan", "config: PPOClipLoss.clip_low = nan must be finite and lie in [0.0, 1.0)"),
         ("optim.warmup_steps=301", ("config: optim.warmup_steps = 301 exceeds the run's 300 optimiser steps "
                                     "(train.steps x optim.minibatches x optim.epochs)")),
     ],
@@ -276,7 +276,7 @@ def test_validation_error_names_the_file(tmp_path):
     "overrides",
     [
         [],
-        ["method=p_trace", "loss.lam=0.5", "model.lora.r=8", "model.lora.target_modules=[q_proj, v_proj]"],
+        ["method=p_trace", "loss.decay=0.5", "model.lora.r=8", "model.lora.target_modules=[q_proj, v_proj]"],
         [
             "optim.betas=[0.8, 0.9]", "optim.grad_clip=null",
             "task.noise.misconceptions={carry: -11}", "eval.max_problems=3",

@@ -10,7 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from credo.config import EvalConfig
-from credo.evaluate import eval_subset, evaluate_policy, pass_at_k, summarise
+from credo.evaluate import eval_subset, evaluate_policy, summarise
+from credo.passk import pass_at_k
 from credo.tasks.base import Problem, Verdict
 
 

@@ -8,8 +8,7 @@ from batches import moved_logp, random_batch
 from references import lambda_weights_loop, reference_loss
 
 from credo.credit import GroupAdvantage
-from credo.credit.lambda_returns import positional_weights
-from credo.losses import ClipLoss, LambdaLoss
+from credo.losses import LambdaLoss, PPOClipLoss, positional_weights
 
 
 @pytest.mark.parametrize("style", ["recent", "early", "both"])
@@ -66,7 +65,7 @@ def test_lambda_zero_recent_is_grpo_up_to_the_floor(seed):
     logp = moved_logp(batch, seed)
     lam_loss = LambdaLoss(lam=0.0, style="recent")
     got = lam_loss(logp, batch).loss
-    grpo = ClipLoss()(logp, batch).loss
+    grpo = PPOClipLoss()(logp, batch).loss
     torch.testing.assert_close(got, grpo, rtol=0, atol=1e-5)  # each earlier token weighs 1e-7
     exact = LambdaLoss(lam=0.0, style="recent", weight_floor=0.0)(logp, batch).loss
     torch.testing.assert_close(exact, grpo, rtol=1e-12, atol=1e-14)
@@ -81,7 +80,7 @@ def test_on_policy_gradient_is_grpo_times_multiplier(seed, style):
     logp = batch.old_logp.clone().requires_grad_()
     (grad,) = torch.autograd.grad(loss(logp, batch).loss, logp)
     logp_grpo = batch.old_logp.clone().requires_grad_()
-    (grad_grpo,) = torch.autograd.grad(ClipLoss()(logp_grpo, batch).loss, logp_grpo)
+    (grad_grpo,) = torch.autograd.grad(PPOClipLoss()(logp_grpo, batch).loss, logp_grpo)
     for b, n in enumerate(batch.lengths.tolist()):
         w = lambda_weights_loop(n, 0.9, style, 1e-7)
         multiplier = torch.tensor([1 + (n - 1 - k) * w[k] for k in range(n)], dtype=torch.float64)

@@ -158,7 +158,7 @@ def test_micro_batch_losses_add_up_to_credos_loss_on_the_generation_batch(name, 
     from credo.integrations.trl import CredoGRPOTrainer
 
     model, tokenizer = model_and_tokenizer
-    overrides = {"loss": {"lam": 0.9}}
+    overrides = {"loss": {"decay" if name == "s_trace" else "lam": 0.9}}
     ours = scripted_trainer(CredoGRPOTrainer, model, tokenizer, grpo_config(tmp_path, mask_truncated_completions=True),
                             credo_method=name, credo_overrides=overrides)
     output = score(ours)
@@ -260,7 +260,7 @@ def test_task_reward_verifies_with_the_task():
 
 # ------------------------------------------------------------------------------------------ (d) clear errors
 @pytest.mark.parametrize("name, reason", [
-    ("srpo", "resets failed rollouts"), ("rrpo", "resets failed rollouts"), ("srpo_clip", "resets failed rollouts"),
+    ("srpo", "resets of failed rollouts"), ("rrpo", "resets of failed rollouts"), ("srpo_clip", "resets of failed rollouts"),
     ("ibpo", "revisions"), ("ibpo_clip", "revisions"), ("oracle_blame", "step checker"),
 ])
 def test_methods_with_their_own_sampler_are_clear_errors(name, reason, tmp_path):
@@ -323,7 +323,7 @@ def test_the_example_config_is_a_valid_trainer_config(tmp_path):
     check_trl_args(args)
     credo = config["credo"]
     method = resolve_method(credo["method"], credo["overrides"], credo["conventions"], args)
-    assert (method.name, method.loss.lam, method.estimator.keep_frac) == ("s_trace", 0.95, 0.2)
+    assert (method.name, method.loss.decay, method.estimator.keep_frac) == ("s_trace", 0.95, 0.2)
     assert args.generation_batch_size == 64 and args.generation_batch_size % args.num_generations == 0
     assert args.steps_per_generation > args.gradient_accumulation_steps  # off-policy steps: traces differ from GRPO
 

@@ -21,7 +21,7 @@ from scripted import ScriptedPolicy, chain_of, wrong_at
 from credo.batch import RolloutBatch
 from credo.config import load_config
 from credo.credit import GroupAdvantage, RevisionAdvantage, suffix_mask
-from credo.losses import ClipLoss
+from credo.losses import PPOClipLoss
 from credo.methods import get_method
 from credo.rollout.groups import ProblemStream
 from credo.rollout.resets import sample_resets
@@ -61,8 +61,8 @@ def test_verl_is_the_pinned_release():
 
 
 def test_every_name_resolves_through_verls_own_getters_and_register_is_idempotent(registered):
-    assert cv.register() == registered == list(cv.VERL_NAMES)  # a second call changes nothing
-    for name, method in cv.VERL_NAMES.items():
+    assert cv.register() == registered == list(cv.verl_names())  # a second call changes nothing
+    for name, method in cv.verl_names().items():
         assert core_algos.get_adv_estimator_fn(name).credo_method == method
         assert core_algos.get_policy_loss_fn(name).credo_method == method
     from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
@@ -74,10 +74,10 @@ def test_every_name_resolves_through_verls_own_getters_and_register_is_idempoten
 
 
 def test_names_conflicts_and_unsupported_methods_are_errors():
-    cv.register_method("credo_test_p90", "p_trace", loss={"lam": 0.9})
-    cv.register_method("credo_test_p90", "p_trace", loss={"lam": 0.9})  # same: nothing happens
+    cv.register_method("credo_test_p90", "p_trace", loss={"decay": 0.9})
+    cv.register_method("credo_test_p90", "p_trace", loss={"decay": 0.9})  # same: nothing happens
     with pytest.raises(ValueError, match="already registered"):
-        cv.register_method("credo_test_p90", "p_trace", loss={"lam": 0.5})
+        cv.register_method("credo_test_p90", "p_trace", loss={"decay": 0.5})
     with pytest.raises(ValueError, match="entropies"):
         cv.register_method("credo_test_s", "s_trace")
     with pytest.raises(ValueError, match="step checker"):
@@ -125,7 +125,7 @@ def test_registered_estimators_give_credos_advantages(name):
     token_rewards, mask, index, rewards = verl_inputs()
     adv, returns = core_algos.get_adv_estimator_fn(name)(
         token_level_rewards=token_rewards, response_mask=mask, index=index, config=None)
-    expected, _ = get_method(cv.VERL_NAMES[name]).credit(credo_batch(rewards, mask, index))
+    expected, _ = get_method(cv.verl_names()[name]).credit(credo_batch(rewards, mask, index))
     torch.testing.assert_close(adv, expected.advantages, rtol=0, atol=1e-7)
     assert torch.equal(adv, returns)
     # group "a" = rows 0, 2, 3, 5 with rewards 1, 0, 1, 0: mean 1/2, population std 1/2 -> +-1 (up to eps);
@@ -214,7 +214,7 @@ def test_verls_vanilla_loss_and_credos_clip_loss_agree_with_verls_switches(agg, 
     assert metrics["credo/clip/dual_frac"] > 0 and metrics["credo/clip/low_frac"] > 0  # the clips did bite
     assert verl_metrics["actor/pg_clipfrac_lower"] > 0
     if not info and not weighted:  # credo's default has no dual clip: verl's bound -3A caps some A < 0 tokens
-        plain = ClipLoss(agg=cv.AGG_MODES[agg])(logp, cv.loss_batch(old, adv, mask)).loss
+        plain = PPOClipLoss(agg=cv.AGG_MODES[agg])(logp, cv.loss_batch(old, adv, mask)).loss
         assert plain > verl_loss + 1e-4
 
 
@@ -230,9 +230,9 @@ def test_verls_gspo_loss_and_credos_gspo_agree():
     torch.testing.assert_close(y.grad, x.grad, rtol=1e-5, atol=1e-8)
 
 
-@pytest.mark.parametrize("name", [n for n in cv.VERL_NAMES])
+@pytest.mark.parametrize("name", [n for n in cv.verl_names()])
 def test_registered_losses_give_credos_loss_and_gradient(name):
-    method = get_method(cv.VERL_NAMES[name])
+    method = get_method(cv.verl_names()[name])
     old, logp, adv, mask = loss_inputs(seed=3)
     batch = RolloutBatch(response_ids=torch.zeros(mask.shape, dtype=torch.long), response_mask=mask,
                          group_id=torch.zeros(6, dtype=torch.long), rewards=torch.zeros(6), old_logp=old,
@@ -376,7 +376,7 @@ def test_verl_conventions_reproduce_verls_grpo_dr_grpo_and_dapo(name, seed, dp_s
 
 def test_verl_conventions_are_switches_of_the_methods():
     names = cv.register(conventions="verl")
-    assert names == [f"{name}_verl" for name in cv.VERL_NAMES]
+    assert names == [f"{name}_verl" for name in cv.verl_names()]
     grpo = core_algos.get_policy_loss_fn("credo_grpo_verl").credo_method
     assert grpo == "grpo"
     method = cv.register_method("credo_grpo_verl", "grpo", conventions="verl")  # the same: nothing happens
@@ -476,12 +476,12 @@ def test_reset_agent_loop_gives_credos_reset_groups_suffix_masks_and_advantages(
     c = rollout.completions
     batch = RolloutBatch(response_ids=c.response_ids, response_mask=c.response_mask, group_id=rollout.group_id,
                          rewards=rollout.rewards, old_logp=torch.zeros(c.response_ids.shape),
-                         prefix_len=rollout.prefix_len)
+                         prefix_len=rollout.records["prefix_len"])
     credited, _ = get_method("srpo").credit(batch)
 
     assert torch.equal(responses, c.response_ids * c.response_mask)  # same rows, the prefix kept in the response
-    assert torch.equal(mask.bool(), suffix_mask(c.response_mask, rollout.prefix_len))
-    assert rollout.prefix_len.tolist() == [0] * 4 + [6] * 4  # the kept first thought: 6 tokens
+    assert torch.equal(mask.bool(), suffix_mask(c.response_mask, rollout.records["prefix_len"]))
+    assert rollout.records["prefix_len"].tolist() == [0] * 4 + [6] * 4  # the kept first thought: 6 tokens
     torch.testing.assert_close(adv, credited.advantages, rtol=0, atol=1e-6)
     # by hand: base group (draws 1, 3, 4, 5) rewards 1, 0, 1, 1: mean 3/4, population std sqrt(3)/4 ->
     # 1/sqrt(3) and -sqrt(3); suffix group 1, 0, 1, 0 -> +-1 (SRPO: no eps)
@@ -563,17 +563,17 @@ def test_revision_agent_loop_gives_ibpos_shaped_advantages_and_edit_masks(edit):
     c = rollout.completions
     batch = RolloutBatch(response_ids=c.response_ids, response_mask=c.response_mask, group_id=rollout.group_id,
                          rewards=rollout.rewards, old_logp=torch.zeros(c.response_ids.shape),
-                         revision_success=rollout.revision_success, edit_mask=rollout.edit_mask)
+                         revision_success=rollout.records["revision_success"], edit_mask=rollout.records["edit_mask"])
     estimator = RevisionAdvantage(norm="trained") if edit == "trained" else RevisionAdvantage(use_edit_mask=False)
     credited, _ = estimator(batch)
 
     assert torch.equal(responses, c.response_ids * c.response_mask)
     assert torch.equal(mask.bool(), credited.loss_mask)
     if edit == "trained":  # the repaired failure (row 1) trains on the tokens its revision changed only
-        assert 0 < mask[1].sum() < c.response_mask[1].sum() and torch.equal(mask[1].bool(), rollout.edit_mask[1])
+        assert 0 < mask[1].sum() < c.response_mask[1].sum() and torch.equal(mask[1].bool(), rollout.records["edit_mask"][1])
     else:
         assert torch.equal(mask.bool(), c.response_mask)
-    assert rollout.revision_success.tolist() == [0, 1, 0, 0]
+    assert rollout.records["revision_success"].tolist() == [0, 1, 0, 0]
     torch.testing.assert_close(adv, credited.advantages, rtol=0, atol=1e-6)
     # by hand: shaped rewards 1, 0 + 0.6 * 1, 0, 1: mean 0.65, population std sqrt(0.1675)
     shaped = torch.tensor([1.0, 0.6, 0.0, 1.0])
@@ -629,7 +629,7 @@ def test_the_example_agent_loops_build_as_verls_worker_builds_them():
                                        data_config=DictConfigWrap(config.data))
 
     srpo, rrpo, ibpo = (asyncio.run(build(e)) for e in entries)
-    assert isinstance(srpo, ResetAgentLoop) and srpo.localiser == "self" and rrpo.localiser == "random"
+    assert isinstance(srpo, ResetAgentLoop) and srpo.method.sampler.localiser == "self" and rrpo.method.sampler.localiser == "random"
     assert srpo.resets.thoughts.delimiter == "\n\n" and srpo.resets.thoughts.answer_marker == "####"
     assert srpo.resets.thoughts.budget_tokens == 40  # capped at rollout.response_length
     assert isinstance(ibpo, RevisionAgentLoop) and ibpo.revisions.k == 4 and not ibpo.method.estimator.use_edit_mask

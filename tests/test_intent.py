@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from credo.batch import RolloutBatch
 from credo.credit import GroupAdvantage, failed_rows
 from credo.diagnostics import blame_precision
-from credo.losses import ClipLoss, LambdaLoss, TraceLoss
+from credo.losses import LambdaLoss, PPOClipLoss, TraceLoss
 from credo.methods import METHODS, get_method
 
 SHAPES = st.one_of(
@@ -59,7 +59,7 @@ def test_no_method_credits_a_failure_except_ibpo_kept_tokens(name, seed, shape, 
     credited, credit = credit_of(method, batch, moved_logp(batch, seed, drift=drift))
     failed = failed_rows(batch).unsqueeze(1) & batch.response_mask  # (B, T)
     may_gain = torch.zeros_like(failed)
-    if method.sampler == "revisions":  # IBPO's shaping: a repaired failure's kept tokens only
+    if "edit_mask" in method.reads:  # IBPO's shaping: a repaired failure's kept tokens only
         may_gain = repaired_failures(batch).unsqueeze(1) & ~batch.edit_mask
     assert (credit[failed & ~may_gain] <= 1e-12).all(), f"{name} credits a failed response's tokens"
 
@@ -131,7 +131,7 @@ def test_the_history_reweights_a_token_within_a_bounded_factor(name, seed, shape
     batch = random_batch(seed, group_sizes=shape, dtype=torch.float64)
     logp = moved_logp(batch, seed, drift=drift)
     credited, credit = credit_of(method, batch, logp)
-    grpo = ClipLoss(clip_low=method.loss.clip_low, clip_high=method.loss.clip_high)
+    grpo = PPOClipLoss(clip_low=method.loss.clip_low, clip_high=method.loss.clip_high)
     logp_grpo = logp.detach().clone().requires_grad_()
     (g,) = torch.autograd.grad(grpo(logp_grpo, credited).loss, logp_grpo)
     credit_grpo = -g * batch.old_logp.shape[0]
@@ -148,7 +148,7 @@ def trace_kernel_rows(loss: TraceLoss, batch: RolloutBatch) -> torch.Tensor:
 
     The history bound is lifted (history_cap huge) so that the map is the trace itself; it is probed with
     one-hot log-ratios, one response position at a time, through the loss's own `importance`."""
-    unbounded = TraceLoss(lam=loss.lam, normalize=loss.normalize, trace_norm=loss.trace_norm, kernel=loss.kernel,
+    unbounded = TraceLoss(decay=loss.decay, normalize=loss.normalize, trace_norm=loss.trace_norm, kernel=loss.kernel,
                           clip=loss.clip, history_cap=1e12, log_ratio_clamp=None)
     B, T = batch.old_logp.shape
     K = torch.zeros(B, T, T, dtype=batch.old_logp.dtype)
@@ -166,8 +166,8 @@ def test_s_trace_is_no_more_variable_than_p_trace(seed, shape, keep, lam):
     # Under independent log-ratio noise of variance s^2, Var[log rho_t] = s^2 sum_k K[t, k]^2: S-trace's
     # sparse trace must not exceed P-trace's at any token.
     batch = random_batch(seed, group_sizes=shape, dtype=torch.float64)
-    s_trace = get_method("s_trace", estimator={"keep_frac": keep}, loss={"lam": lam})
-    p_trace = get_method("p_trace", loss={"lam": lam})
+    s_trace = get_method("s_trace", estimator={"keep_frac": keep}, loss={"decay": lam})
+    p_trace = get_method("p_trace", loss={"decay": lam})
     s_batch, _ = s_trace.credit(batch)
     p_batch, _ = p_trace.credit(batch)
     var_s = trace_kernel_rows(s_trace.loss, s_batch).square().sum(-1)  # (B, T)
@@ -222,7 +222,7 @@ def test_grpo_lambda_blame_ordering_on_a_synthetic_failure(n, data):
     first_wrong = data.draw(st.integers(1, n // 2))
     batch = synthetic_failure(n, first_wrong)
     recent = precision(LambdaLoss(style="recent", lam=0.9, lam_length=32), batch)
-    grpo = precision(ClipLoss(), batch)
+    grpo = precision(PPOClipLoss(), batch)
     both = precision(LambdaLoss(style="both", lam=0.99), batch)
     assert grpo == pytest.approx((n - first_wrong) / n)
     assert recent > grpo > both
@@ -233,4 +233,4 @@ def test_grpo_lambda_blame_ordering_on_a_synthetic_failure(n, data):
 def test_grpo_lambda_recent_fixed_lambda_on_testbed_lengths(n, data):
     first_wrong = data.draw(st.integers(1, n // 2))
     batch = synthetic_failure(n, first_wrong)
-    assert precision(LambdaLoss(style="recent", lam=0.9), batch) > precision(ClipLoss(), batch)
+    assert precision(LambdaLoss(style="recent", lam=0.9), batch) > precision(PPOClipLoss(), batch)

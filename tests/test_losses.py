@@ -10,7 +10,7 @@ from batches import moved_logp, random_batch
 from references import aggregate_loop, reference_loss
 
 from credo.credit import GroupAdvantage
-from credo.losses import ClipLoss, LambdaLoss, ReinforceLoss, TraceLoss, aggregate
+from credo.losses import LambdaLoss, PPOClipLoss, ReinforceLoss, TraceLoss, aggregate
 
 MODES = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
 
@@ -54,11 +54,11 @@ def test_aggregate_never_propagates_nan_from_padding():
 
 
 LOSS_CASES = [
-    ("clip", ClipLoss()),
-    ("clip", ClipLoss(clip_high=0.28, agg="token_mean")),
-    ("clip", ClipLoss(agg="seq_mean_token_sum_norm", norm_len=50, empty_rows="count")),
-    ("clip", ClipLoss(dual_clip=3.0, kl_beta=0.04)),
-    ("clip", ClipLoss(log_ratio_clamp=0.1)),
+    ("clip", PPOClipLoss()),
+    ("clip", PPOClipLoss(clip_high=0.28, agg="token_mean")),
+    ("clip", PPOClipLoss(agg="seq_mean_token_sum_norm", norm_len=50, empty_rows="count")),
+    ("clip", PPOClipLoss(dual_clip=3.0, kl_beta=0.04)),
+    ("clip", PPOClipLoss(log_ratio_clamp=0.1)),
     ("reinforce", ReinforceLoss()),
     ("reinforce", ReinforceLoss(agg="token_mean", kl_beta=0.1)),
     ("gspo", TraceLoss(kernel="uniform", clip="combined", clip_low=3e-4, clip_high=4e-4)),
@@ -112,7 +112,7 @@ def trl_grpo(old, logp, advantages, mask, eps_low, eps_high, beta, ref, loss_typ
 def test_verl_dual_clip_token_mean_reproduced(seed):
     batch = credited(seed, group_sizes=(4, 4, 4))
     logp = moved_logp(batch, seed, drift=1.0)  # large moves, so the dual clip binds
-    ours = ClipLoss(clip_low=0.2, clip_high=0.28, dual_clip=3.0, agg="token_mean")(logp, batch)
+    ours = PPOClipLoss(clip_low=0.2, clip_high=0.28, dual_clip=3.0, agg="token_mean")(logp, batch)
     theirs = verl_vanilla(batch.old_logp, logp, batch.advantages, batch.loss_mask, 0.2, 0.28, 3.0)
     torch.testing.assert_close(ours.loss, theirs, rtol=1e-12, atol=1e-12)
     assert ours.metrics["clip/dual_frac"] > 0  # the case exercises the dual clip
@@ -122,9 +122,9 @@ def test_verl_dual_clip_token_mean_reproduced(seed):
 @pytest.mark.parametrize(
     "loss_type,ours",
     [
-        ("grpo", ClipLoss(log_ratio_clamp=None, empty_rows="count", kl_beta=0.04)),
-        ("bnpo", ClipLoss(log_ratio_clamp=None, agg="token_mean", kl_beta=0.04)),
-        ("dr_grpo", ClipLoss(log_ratio_clamp=None, agg="seq_mean_token_sum_norm", norm_len=64, empty_rows="count", kl_beta=0.04)),
+        ("grpo", PPOClipLoss(log_ratio_clamp=None, empty_rows="count", kl_beta=0.04)),
+        ("bnpo", PPOClipLoss(log_ratio_clamp=None, agg="token_mean", kl_beta=0.04)),
+        ("dr_grpo", PPOClipLoss(log_ratio_clamp=None, agg="seq_mean_token_sum_norm", norm_len=64, empty_rows="count", kl_beta=0.04)),
     ],
 )
 def test_trl_loss_types_reproduced(seed, loss_type, ours):
@@ -138,7 +138,7 @@ def test_trl_loss_types_reproduced(seed, loss_type, ours):
 def test_clip_metrics_match_loop(seed):
     batch = credited(seed)
     logp = moved_logp(batch, seed, drift=0.5)
-    metrics = ClipLoss(clip_low=0.2, clip_high=0.28)(logp, batch).metrics
+    metrics = PPOClipLoss(clip_low=0.2, clip_high=0.28)(logp, batch).metrics
     low = high = n = 0
     ratios = []
     for b, t in itertools.product(range(batch.size), range(batch.width)):
@@ -160,16 +160,16 @@ def test_loss_errors_say_what_is_missing():
     batch = random_batch(0)
     logp = batch.old_logp.clone().requires_grad_()
     with pytest.raises(ValueError, match="credit estimator"):
-        ClipLoss()(logp, batch)
+        PPOClipLoss()(logp, batch)
     credited_batch = GroupAdvantage()(batch.replace(ref_logp=None))[0]
     with pytest.raises(ValueError, match="ref_logp"):
-        ClipLoss(kl_beta=0.1)(logp, credited_batch)
+        PPOClipLoss(kl_beta=0.1)(logp, credited_batch)
     with pytest.raises(ValueError, match="shape"):
-        ClipLoss()(logp[:, :-1], credited_batch)
+        PPOClipLoss()(logp[:, :-1], credited_batch)
     with pytest.raises(ValueError, match="agg"):
-        ClipLoss(agg="token-mean")
+        PPOClipLoss(agg="token-mean")
     with pytest.raises(ValueError, match="dual_clip"):
-        ClipLoss(dual_clip=1.0)
+        PPOClipLoss(dual_clip=1.0)
     with pytest.raises(ValueError, match="uniform"):
         TraceLoss(kernel="uniform", normalize=False)
     with pytest.raises(ValueError, match="style"):

@@ -17,8 +17,7 @@ import pytest
 
 from credo.config import load_config
 from credo.extras import MissingExtra
-from credo.tasks import verify_all
-from credo.tasks import JsonlConfig, JsonlTask, Problem, build_task, math_grading
+from credo.tasks import JsonlConfig, JsonlTask, Problem, build_task, math_grading, verify_all
 from credo.tasks.math_grading import grade_math, grade_math_many, worker_pid
 
 math_verify = pytest.importorskip("math_verify")

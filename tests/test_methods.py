@@ -3,17 +3,20 @@ correct gradients (gradcheck in float64), and the registry's error messages."""
 
 from __future__ import annotations
 
+import dataclasses
+import typing
+
 import pytest
 import torch
 import torch.nn.functional as F
 from batches import moved_logp, random_batch
 
-from credo import losses
 from credo.batch import RolloutBatch
-from credo.credit import trace_history
-from credo.losses import TraceLoss
+from credo.losses import PPOClipLoss, TraceLoss, trace_history
+from credo.losses import traces as loss_traces
 from credo.methods import METHODS, get_method
 from credo.registry import Registry
+from credo.rollout.samplers import SAMPLERS
 
 ALL = list(METHODS)
 
@@ -78,19 +81,31 @@ def test_gradcheck_float64(seed, name, monkeypatch):
         # `logp`, so the checked function is the surrogate whose gradient autograd computes.
         held = trace_history(
             logp.detach() - credited.old_logp, credited.trace_mask if credited.trace_mask is not None else credited.response_mask,
-            lam=method.loss.lam, normalize=method.loss.normalize, kernel=method.loss.kernel,
+            decay=method.loss.decay, normalize=method.loss.normalize, kernel=method.loss.kernel,
         )
-        monkeypatch.setattr(losses, "trace_history", lambda *args, **kwargs: held)
+        monkeypatch.setattr(loss_traces, "trace_history", lambda *args, **kwargs: held)
     assert torch.autograd.gradcheck(lambda x: method.policy_loss(x, credited).loss, (logp,), eps=1e-6, atol=1e-7)
 
 
 def test_every_method_is_documented():
     for name in ALL:
         m = METHODS.get(name)
-        assert m.family in {"baseline", "trace", "reset", "revision", "oracle"}
-        assert m.sampler in {"groups", "resets", "revisions"}
+        assert SAMPLERS.get(m.sampler.name) is type(m.sampler)
         assert (m.paper.count(".") == 1 or m.family == "oracle") and m.changes  # an arXiv id
         assert type(m.loss).__doc__ and type(m.estimator).__doc__
+
+
+def test_a_method_is_checked_when_it_is_made():
+    grpo = METHODS.get("grpo")
+    with pytest.raises(ValueError, match="family 'critic' is not one of baseline, trace"):
+        dataclasses.replace(grpo, family="critic")
+    with pytest.raises(ValueError, match="its loss reads trace_mask, which nothing fills"):
+        dataclasses.replace(grpo, loss=NeedsTraceMask())
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class NeedsTraceMask(PPOClipLoss):
+    reads: typing.ClassVar[frozenset[str]] = frozenset({"trace_mask"})
 
 
 def test_unknown_names_and_switches_are_clear_errors():

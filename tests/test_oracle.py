@@ -114,7 +114,7 @@ def test_missing_offsets_and_tasks_without_a_step_checker_are_errors(tmp_path):
         get_method("oracle_blame").credit(batch)
     data = tmp_path / "d.jsonl"
     data.write_text('{"prompt": "1+1?", "answer": "2"}\n')
-    with pytest.raises(ConfigError, match="oracle_blame needs a task with a step checker; jsonl has none"):
+    with pytest.raises(ConfigError, match=r"oracle_blame needs blame_start \(a task.s step checker: .*\(task jsonl has no step checker\)"):
         load_config(None, ["method=oracle_blame", f"task={{name: jsonl, path: {data}}}"])
     with pytest.raises(ValueError, match="lucky"):
         get_method("oracle_blame", estimator={"lucky": "some"})

@@ -14,8 +14,7 @@ import reasoning_gym  # the test extra installs it
 
 from credo.config import ConfigError, load_config, validate
 from credo.extras import MissingExtra
-from credo.tasks import verify_all
-from credo.tasks import ArithTask, JsonlTask, Problem, ReasoningGymTask, build_task, task_class
+from credo.tasks import ArithTask, JsonlTask, Problem, ReasoningGymTask, build_task, task_class, verify_all
 from credo.tasks.reasoning_gym import DEFAULT_INSTRUCTION, EVAL_SEED_OFFSET, SANDBOX, ReasoningGymConfig, bucket
 from credo.tasks.sandbox import Outcome
 
@@ -288,7 +287,7 @@ def test_load_config_validates_reasoning_gym_tasks(tmp_path):
     assert "  task: reasoning_gym:chain_sum: unknown config key 'max_term'" in error(["task.config={max_term: 3}"])
     assert re.search(r"task: instruction: Input should be a valid string", error(["task.instruction=[1]"]))
     message = error(["method=oracle_blame"])
-    assert "oracle_blame needs a task with a step checker; reasoning_gym:chain_sum has none" in message
+    assert "oracle_blame needs blame_start (a task's step checker" in message and "(task reasoning_gym:chain_sum has no step checker)" in message
     assert validate({"task": {"name": "reasoning_gym:chain_sum"}}).task == {"name": "reasoning_gym:chain_sum"}
     with pytest.raises(ConfigError, match=r"task: unknown task 'reasoning-gym:chain_sum'; valid names: arith, jsonl, "
                                           r"reasoning_gym:<dataset>"):

@@ -59,7 +59,7 @@ def credit(rollout, **estimator):
     batch = RolloutBatch(response_ids=c.response_ids, response_mask=c.response_mask, group_id=rollout.group_id,
                          rewards=rollout.rewards, old_logp=torch.zeros(c.response_ids.shape),
                          correct=torch.tensor([v.correct for v in rollout.verdicts]),
-                         revision_success=rollout.revision_success, edit_mask=rollout.edit_mask)
+                         revision_success=rollout.records["revision_success"], edit_mask=rollout.records["edit_mask"])
     return get_method("ibpo", estimator=estimator).credit(batch)
 
 
@@ -108,8 +108,8 @@ def test_the_default_prompt_shows_problem_attempt_and_reference():
 def test_no_failure_means_no_revision_call():
     policy = ScriptedPolicy(scripted_group(["ok"]), revise=lambda text: pytest.fail("no revision expected"))
     rollout = run(policy, config(prompts=2))
-    assert len(policy.calls) == 1 and rollout.revision_success.tolist() == [0.0] * 8
-    assert not rollout.edit_mask.any() and rollout.metrics["revisions/count"] == 0.0
+    assert len(policy.calls) == 1 and rollout.records["revision_success"].tolist() == [0.0] * 8
+    assert not rollout.records["edit_mask"].any() and rollout.metrics["revisions/count"] == 0.0
 
 
 # ----------------------------------------------------------------------------------------- success and shaping
@@ -129,8 +129,8 @@ def test_success_share_and_shaped_rewards(successes, lam):
 
     rollout = run(ScriptedPolicy(scripted_group(["ok", 1, 2, "ok"]), revise=revise), config())
     s = successes / 3
-    torch.testing.assert_close(rollout.revision_success, torch.tensor([0.0, s, 0.0, 0.0]))
-    credited, metrics = credit(rollout, lam=lam, use_edit_mask=False)  # the mask is tested below
+    torch.testing.assert_close(rollout.records["revision_success"], torch.tensor([0.0, s, 0.0, 0.0]))
+    credited, metrics = credit(rollout, revision_weight=lam, use_edit_mask=False)  # the mask is tested below
     shaped = torch.tensor([1.0, lam * s, 0.0, 1.0])
     mean, std = shaped.mean(), shaped.std(unbiased=False)
     want = (shaped - mean) / (std + 1e-6)
@@ -153,12 +153,12 @@ def test_shaping_gives_an_all_fail_group_variance():
         return "x"
 
     rollout = run(ScriptedPolicy(scripted_group([0, 1, 2, 5]), revise=revise), config(), steps=6)
-    assert rollout.revision_success.tolist() == pytest.approx([0, 0, 0, 1 / 3])
+    assert rollout.records["revision_success"].tolist() == pytest.approx([0, 0, 0, 1 / 3])
     credited, metrics = credit(rollout)
     assert metrics["credit/groups_given_variance"] == 1.0
     adv = credited.advantages
     assert adv[3].max() > 0 and (adv[3] >= 0).all() and (adv[:3, 0] < 0).all()  # the near miss ranks above
-    _, plain = credit(rollout, lam=0.0)
+    _, plain = credit(rollout, revision_weight=0.0)
     assert plain["credit/groups_given_variance"] == 0.0
 
 
@@ -183,9 +183,9 @@ def test_mask_marks_the_substituted_digits_of_the_closest_successful_revision():
     failed = ids(policy, wrong_at(chain, 1))
     fixed = ids(policy, solution(chain))
     expected = [a != b for a, b in zip(failed, fixed)]  # same length: substitutions only
-    assert rollout.edit_mask[1, : len(failed)].tolist() == expected and any(expected)
-    assert not expected[0] and not rollout.edit_mask[1, len(failed):].any()  # step 0 was right: no blame
-    assert not rollout.edit_mask[0].any()  # the correct row has no mask
+    assert rollout.records["edit_mask"][1, : len(failed)].tolist() == expected and any(expected)
+    assert not expected[0] and not rollout.records["edit_mask"][1, len(failed):].any()  # step 0 was right: no blame
+    assert not rollout.records["edit_mask"][0].any()  # the correct row has no mask
 
 
 @pytest.mark.parametrize("edit", ["insert", "delete"])
@@ -213,8 +213,8 @@ def test_mask_from_insertions_and_deletions(edit):
     rollout = run(policy, config(group=2, k=2), steps=3)
     chain = chain_of(rollout.problems[0].prompt)
     failed, fixed = ids(policy, failure(chain)), ids(policy, solution(chain))
-    mask = rollout.edit_mask[1, : len(failed)]
-    assert rollout.revision_success.tolist() == [0.0, 1.0]
+    mask = rollout.records["edit_mask"][1, : len(failed)]
+    assert rollout.records["revision_success"].tolist() == [0.0, 1.0]
     assert mask.tolist() == edit_mask(failed, fixed).tolist()
     assert not mask[:6].any() and mask.sum() >= (6 if edit == "delete" else 1)  # step 1 is never blamed
 
@@ -226,7 +226,7 @@ def test_empty_unparseable_or_truncated_revisions_fail_without_crashing(bad):
         return (solution(chain), True) if bad == "cut" else bad  # a cut revision may even hold the answer
 
     rollout = run(ScriptedPolicy(scripted_group(["ok", 0, 1, "ok"]), revise=revise), config())
-    assert rollout.revision_success.tolist() == [0.0] * 4 and not rollout.edit_mask.any()
+    assert rollout.records["revision_success"].tolist() == [0.0] * 4 and not rollout.records["edit_mask"].any()
     assert rollout.metrics["revisions/success_rate"] == 0.0
     assert rollout.metrics["revisions/truncated_share"] == (1.0 if bad == "cut" else 0.0)
     credited, _ = credit(rollout)
@@ -245,7 +245,7 @@ def test_a_raising_verifier_on_a_revision_follows_reward_errors():
         sample_revisions(policy, Fussy(), ProblemStream(TASK, seed=3), config(group=2, k=2), random.Random(0))
     rollout = sample_revisions(policy, Fussy(), ProblemStream(TASK, seed=3),
                                config("rollout.reward_errors=zero", group=2, k=2), random.Random(0))
-    assert rollout.revision_success.tolist() == [0.0, 0.0] and rollout.metrics["rollout/reward_errors"] == 1
+    assert rollout.records["revision_success"].tolist() == [0.0, 0.0] and rollout.metrics["rollout/reward_errors"] == 1
 
 
 # ----------------------------------------------------------------------------------------- cost and metrics

@@ -419,7 +419,7 @@ def test_shaping_gives_an_all_fail_group_variance():
     edited_reading, _ = get_method("ibpo", estimator={"edit_credit": "edited"}).credit(batch)
     torch.testing.assert_close(edited_reading.advantages[1], torch.tensor([0.0, hi, 0.0]), rtol=1e-5, atol=1e-6)
     # without shaping (lam = 0) the all-fail group has no signal at all
-    plain, plain_metrics = get_method("ibpo", estimator={"lam": 0.0}).credit(batch)
+    plain, plain_metrics = get_method("ibpo", estimator={"revision_weight": 0.0}).credit(batch)
     assert torch.equal(plain.advantages[:4], torch.zeros(4, T))
     assert plain_metrics["credit/groups_given_variance"] == 0.0
 
@@ -459,8 +459,8 @@ def test_missing_edit_mask_raises():
 
 
 def test_lam_out_of_range_raises():
-    with pytest.raises(ValueError, match="lam"):
-        get_method("ibpo", estimator={"lam": 1.5})
+    with pytest.raises(ValueError, match="revision_weight"):
+        get_method("ibpo", estimator={"revision_weight": 1.5})
 
 
 def test_ibpo_uses_correct_instead_of_reward_below_one():

@@ -6,7 +6,6 @@ dataset's grammar never reaches the scorer, and every scorer runs in a sandbox w
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -16,8 +15,7 @@ from pathlib import Path
 import pytest
 import reasoning_gym  # the test extra installs it
 
-from credo.tasks import sandbox_failures, verify_all
-from credo.tasks import build_task
+from credo.tasks import build_task, sandbox_failures, verify_all
 from credo.tasks.answer_grammar import GRAMMARS
 from credo.tasks.sandbox import FAILED, Limits, Sandbox
 

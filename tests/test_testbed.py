@@ -19,8 +19,8 @@ from credo.testbed import (
     build_tokenizer,
     least_padding_cuts,
     localisation_example,
-    micro_batches,
     revision_example,
+    sft_batches,
     sft_examples,
 )
 
@@ -159,10 +159,10 @@ def test_least_padding_cuts_match_brute_force(seed):
     assert _padded_area(lengths, bounds) == best
 
 
-def test_micro_batches_keep_every_example_once():
+def test_sft_batches_keep_every_example_once():
     rng = random.Random(0)
     examples = [([1] * rng.randint(1, 30), [2] * rng.randint(1, 90)) for _ in range(50)]
-    batches = micro_batches(examples, 4, pad=0)
+    batches = sft_batches(examples, 4, pad=0)
     assert len(batches) <= 4 and sum(b["input_ids"].shape[0] for b in batches) == 50
     assert sum(int((b["labels"] != -100).sum()) for b in batches) == sum(len(a) for _, a in examples)
     assert sum(int(b["attention_mask"].sum()) for b in batches) == sum(len(p) + len(a) for p, a in examples)

@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from references import decayed_sum_loop, lower_quantile, reference_loss
 
-from credo.credit import EntropySelection, GroupAdvantage, entropy_selection, trace_history
-from credo.credit.scan import decayed_cumsum
-from credo.losses import ClipLoss, TraceLoss
+from credo.credit import EntropySelection, GroupAdvantage, entropy_selection
+from credo.losses import PPOClipLoss, TraceLoss, trace_history
 from credo.methods import get_method
+from credo.scan import decayed_cumsum
 
 
 @settings(max_examples=60, deadline=None)
@@ -58,18 +58,18 @@ def test_trace_history_matches_loop(seed, lam, normalize):
     gen = torch.Generator().manual_seed(seed)
     d = torch.randn(4, 70, dtype=torch.float64, generator=gen)  # 70 > one 64-token chunk
     m = torch.rand(4, 70, generator=gen) < 0.3
-    got = trace_history(d, m, lam=lam, normalize=normalize)
+    got = trace_history(d, m, decay=lam, normalize=normalize)
     torch.testing.assert_close(got, trace_history_loop(d, m, lam, normalize), rtol=1e-9, atol=1e-9)
 
 
 TRACE_CASES = [
-    TraceLoss(lam=0.95),
-    TraceLoss(lam=0.95, clip="combined", trace_norm="trace"),
-    TraceLoss(lam=0.9, normalize=False, clip_high=0.28),
-    TraceLoss(lam=0.99, clip="current"),
-    TraceLoss(lam=0.99, clip="combined", history_cap=1.5),
-    TraceLoss(lam=0.8, history_cap=1.2, trace_norm="trace"),
-    TraceLoss(lam=0.5, agg="token_mean", dual_clip=3.0),
+    TraceLoss(decay=0.95),
+    TraceLoss(decay=0.95, clip="combined", trace_norm="trace"),
+    TraceLoss(decay=0.9, normalize=False, clip_high=0.28),
+    TraceLoss(decay=0.99, clip="current"),
+    TraceLoss(decay=0.99, clip="combined", history_cap=1.5),
+    TraceLoss(decay=0.8, history_cap=1.2, trace_norm="trace"),
+    TraceLoss(decay=0.5, agg="token_mean", dual_clip=3.0),
 ]
 
 
@@ -100,10 +100,10 @@ def loss_and_grad(loss, logp, batch):
 @pytest.mark.parametrize("normalize", [True, False])
 @pytest.mark.parametrize("method", ["p_trace", "s_trace"])
 def test_lambda_zero_is_grpo(seed, normalize, method):
-    m = get_method(method, loss={"lam": 0.0, "normalize": normalize})
+    m = get_method(method, loss={"decay": 0.0, "normalize": normalize})
     batch, _ = m.credit(random_batch(seed, dtype=torch.float64))
     logp = moved_logp(batch, seed)
-    grpo = ClipLoss(clip_low=m.loss.clip_low, clip_high=m.loss.clip_high)
+    grpo = PPOClipLoss(clip_low=m.loss.clip_low, clip_high=m.loss.clip_high)
     value, grad = loss_and_grad(m.loss, logp, batch)
     value_ref, grad_ref = loss_and_grad(grpo, logp, batch)
     torch.testing.assert_close(value, value_ref, rtol=1e-12, atol=1e-14)
@@ -115,10 +115,10 @@ def test_lambda_zero_is_grpo(seed, normalize, method):
 @pytest.mark.parametrize("lam", [0.5, 0.95, 1.0])
 def test_on_policy_minibatch_is_grpo(seed, method, lam):
     # With pi == pi_old every ratio is 1: value -A averaged, gradient -A/n per token, as for GRPO.
-    m = get_method(method) if method == "gspo" else get_method(method, loss={"lam": lam})
+    m = get_method(method) if method == "gspo" else get_method(method, loss={"decay": lam})
     batch, _ = m.credit(random_batch(seed, dtype=torch.float64))
     value, grad = loss_and_grad(m.loss, batch.old_logp, batch)
-    value_ref, grad_ref = loss_and_grad(ClipLoss(), batch.old_logp, batch)
+    value_ref, grad_ref = loss_and_grad(PPOClipLoss(), batch.old_logp, batch)
     torch.testing.assert_close(value, value_ref, rtol=1e-12, atol=1e-14)
     torch.testing.assert_close(grad, grad_ref, rtol=1e-12, atol=1e-14)
 
@@ -142,8 +142,8 @@ def test_traces_differ_from_grpo_off_policy():
     # The identities above must not hold trivially: off-policy, P-trace moves away from GRPO.
     batch, _ = GroupAdvantage()(random_batch(1, dtype=torch.float64, group_sizes=(8, 8)))
     logp = moved_logp(batch, 1)
-    _, g_trace = loss_and_grad(TraceLoss(lam=0.95), logp, batch)
-    _, g_grpo = loss_and_grad(ClipLoss(), logp, batch)
+    _, g_trace = loss_and_grad(TraceLoss(decay=0.95), logp, batch)
+    _, g_grpo = loss_and_grad(PPOClipLoss(), logp, batch)
     assert (g_trace - g_grpo).abs().max() > 1e-3
 
 
@@ -180,7 +180,7 @@ def test_hand_computed_trace():
     # t=1: Z = (-0.4 + 0.5*0.2) / (1 + 0.5) = -0.2; history = -0.2 - (-0.4) = 0.2
     # t=2: Z = (0.1 + 0.5*(-0.4) + 0.25*0.2) / (1 + 0.5 + 0.25) = -0.05/1.75; history = Z - 0.1
     d = torch.tensor([[0.2, -0.4, 0.1]], dtype=torch.float64)
-    got = trace_history(d, torch.ones(1, 3, dtype=torch.bool), lam=0.5, normalize=True)
+    got = trace_history(d, torch.ones(1, 3, dtype=torch.bool), decay=0.5, normalize=True)
     torch.testing.assert_close(got, torch.tensor([[0.0, 0.2, -0.05 / 1.75 - 0.1]], dtype=torch.float64))
 
 
@@ -190,5 +190,5 @@ def test_long_rows_three_scan_levels_match_definition():
     gen = torch.Generator().manual_seed(7)
     d = torch.randn(1, 4200, dtype=torch.float64, generator=gen) * 0.1
     m = torch.rand(1, 4200, generator=gen) < 0.2
-    got = trace_history(d, m, lam=0.99, normalize=True)
+    got = trace_history(d, m, decay=0.99, normalize=True)
     torch.testing.assert_close(got, trace_history_loop(d, m, 0.99, True), rtol=1e-8, atol=1e-10)

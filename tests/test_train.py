@@ -198,7 +198,7 @@ def test_lora_trains_only_the_adapters(tmp_path, monkeypatch):
     from credo.rollout.groups import ProblemStream
     from credo.tasks import Verdict
     from credo.tasks.arith import ArithTask
-    from credo.train import build_trainer, sample_rollout, score, update
+    from credo.train import build_trainer, behaviour_batch, sample_rollout, update
 
     # The tiny model never answers right; reward odd-length responses so that the groups carry signal.
     monkeypatch.setattr(ArithTask, "verify", lambda self, p, r: Verdict(float(len(r) % 2), bool(len(r) % 2)))
@@ -209,7 +209,7 @@ def test_lora_trains_only_the_adapters(tmp_path, monkeypatch):
     assert trainable and all("lora_" in n for n in trainable)
     stream = ProblemStream(trainer.task, seed=0)
     for _ in range(3):
-        batch, _ = trainer.method.credit(score(trainer, sample_rollout(trainer, stream))[0])
+        batch, _ = trainer.method.credit(behaviour_batch(trainer, sample_rollout(trainer, stream))[0])
         update(trainer, batch, TrainState())
     after = dict(trainer.model.named_parameters())
     assert all(torch.equal(before[n], after[n]) for n in before if n not in trainable)

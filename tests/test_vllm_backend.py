@@ -17,9 +17,10 @@ import pytest
 import torch
 from tiny import TINY, TINY_TESTBED
 
-from credo.config import ConfigError, ModelConfig, VllmConfig, load_config
+from credo.config import ConfigError, ModelConfig, load_config
 from credo.models import load_model, resolve_model_path
 from credo.rollout.generate import encode_prompts, generate
+from credo.rollout.options import VllmConfig
 
 
 class SamplingParams:

@@ -30,6 +30,23 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+FIELD_SOURCES: dict[str, str] = {
+    "correct": "the verifier's verdicts",
+    "entropy": "the behaviour policy's token entropies",
+    "ref_logp": "a frozen reference policy's log-probs",
+    "blame_start": "a task's step checker: the first wrong step of every failure",
+    "prefix_len": "the reset sampler's kept prefixes",
+    "segment_ids": "the reset sampler's thought segments",
+    "revision_success": "the revision sampler's revision outcomes",
+    "edit_mask": "the revision sampler's edited-token masks",
+    "loss_mask": "a credit estimator's trained tokens",
+    "trace_mask": "a credit estimator's trace selection",
+    "advantages": "a credit estimator's per-token advantages",
+}
+"""What fills each optional field. Estimators, losses and samplers declare the fields they read, write and
+record by these names (`reads`, `writes`, `records`); `credo.methods.Method` derives a method's needs from
+them, and the trainer, the config and the engine adapters check those needs instead of the method's name."""
+
 # Fields by role; used for validation and for selecting rows (mini-batches).
 _TOKEN_FLOAT = ("old_logp", "entropy", "ref_logp", "advantages")
 _TOKEN_BOOL = ("response_mask", "loss_mask", "trace_mask", "edit_mask")

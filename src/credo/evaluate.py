@@ -1,9 +1,8 @@
 """Evaluation: greedy pass@1, pass@k from n samples (unbiased estimator), avg@k, per difficulty.
 
 pass@k (Chen et al. 2021, arXiv 2107.03374) from `n >= k` samples of which `c` are correct:
-`1 - C(n-c, k) / C(n, k)`, computed as the product `prod_{i=n-c+1}^{n} (1 - k/i)`, which never forms a
-large binomial. avg@k is the mean accuracy over the samples. Results are fractions in [0, 1], overall
-(the mean over problems) and under `by_difficulty`.
+`1 - C(n-c, k) / C(n, k)` (`credo.passk.pass_at_k`). avg@k is the mean accuracy over the samples. Results
+are fractions in [0, 1], overall (the mean over problems) and under `by_difficulty`.
 """
 
 from __future__ import annotations
@@ -11,23 +10,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
+from credo.passk import pass_at_k
 from credo.tasks import verify_all
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k of a problem with `c` correct out of `n` samples (`k <= n`).
-
-    >>> pass_at_k(4, 1, 1), pass_at_k(4, 1, 4), pass_at_k(5, 0, 2)
-    (0.25, 1.0, 0.0)
-    """
-    if not 0 <= c <= n or not 1 <= k <= n:
-        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
-    if n - c < k:
-        return 1.0
-    product = 1.0
-    for i in range(n - c + 1, n + 1):
-        product *= 1.0 - k / i
-    return 1.0 - product
 
 
 def summarise(

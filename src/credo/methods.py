@@ -1,42 +1,109 @@
 """The methods credo implements: each a named combination of sampler, credit estimator and policy loss.
 
-`get_method("s_trace", loss={"lam": 0.9})` is all a user (or a config's `method:` line) needs. Every
-method's defaults live here and only here.
+`get_method("s_trace", loss={"decay": 0.9})` is all a user (or a config's `method:` line) needs. The registry
+`METHODS` is the one place a method is defined: its defaults live here and only here, and what it needs is
+derived from its parts (`Method.needs`), so the trainer, the config's validation, `credo methods`, the demo
+and the TRL and verl adapters ask the method instead of branching on its name. Adding a method is its module
+(an estimator or a loss that declares the batch fields it reads and writes), one `_add(Method(...))` entry
+here, and its tests.
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import inspect
+import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from credo.batch import RolloutBatch
+from credo.batch import FIELD_SOURCES, RolloutBatch
 from credo.credit import EntropySelection, GroupAdvantage, OracleBlameAdvantage, ResetAdvantage, RevisionAdvantage
 from credo.credit.base import CreditEstimator, Metrics
-from credo.losses import ClipLoss, LambdaLoss, LossOutput, PolicyLoss, ReinforceLoss, TraceLoss
+from credo.losses import LambdaLoss, LossOutput, PolicyLoss, PPOClipLoss, ReinforceLoss, TraceLoss
 from credo.registry import Registry
+from credo.rollout.options import RolloutConfig
+from credo.rollout.samplers import GroupSampler, ResetSampler, RevisionSampler, Sampler
 
-SAMPLERS = ("groups", "resets", "revisions")
+FAMILIES: dict[str, str] = {
+    "baseline": "the critic-free methods the others are measured against (one credit per response)",
+    "trace": "ratios traced through the earlier tokens' log-probs (eligibility traces)",
+    "token": "per-token advantages reweighted by the policy's own signals (e.g. its entropies)",
+    "reset": "resets of a failed rollout to a thought, continuations trained on their suffix",
+    "revision": "counterfactual revisions of failed rollouts shape rewards and mask tokens",
+    "oracle": "credit from a task's step checker: the yardsticks",
+}
+"""The method families (`Method.family`), each in one phrase."""
+
+TRAINER_FIELDS = frozenset({"correct", "entropy"})
+"""Optional batch fields credo's trainer fills for any method (the verdicts; the behaviour policy's entropies,
+scored before credit when the method reads them); `blame_start` too on a task with a step checker."""
 
 
 @dataclass(frozen=True)
 class Method:
-    """A credit-assignment method: what the sampler draws, how credit is computed, how the loss is formed."""
+    """A credit-assignment method: what the sampler draws, how credit is computed, how the loss is formed.
+
+    What a method needs is derived from its parts, never from its name: the batch fields its estimator and
+    loss read (`reads`), less those its estimator writes and its sampler records, must come from whoever
+    runs it (`needs`): the trainer, a task's step checker, an engine (`missing`).
+    """
 
     name: str
     family: str
-    """baseline | trace | reset | revision | oracle."""
+    """One of `FAMILIES`."""
     paper: str
     """arXiv id of the paper the method comes from."""
     changes: str
     """What the method changes with respect to GRPO, in one sentence."""
-    sampler: str
-    """groups (i.i.d. groups) | resets (thought MDP with resets) | revisions (counterfactual revisions)."""
+    sampler: Sampler
+    """How rollout batches are drawn (`credo.rollout.samplers`): i.i.d. groups, resets or revisions."""
     estimator: CreditEstimator
     loss: PolicyLoss
-    localiser: str | None = None
-    """For reset methods: which first-wrong-thought localiser the sampler uses (random | self | oracle)."""
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise ValueError(f"method {self.name}: family {self.family!r} is not one of {', '.join(FAMILIES)}")
+        unknown = sorted((self.reads | self.estimator.writes | self.sampler.records) - FIELD_SOURCES.keys())
+        if unknown:
+            raise ValueError(f"method {self.name}: unknown batch field(s) {', '.join(unknown)} (credo.batch.FIELD_SOURCES)")
+        unfilled = sorted(self.loss.reads - self.estimator.writes - self.sampler.records - TRAINER_FIELDS
+                          - {"blame_start", "ref_logp"})
+        if unfilled:
+            raise ValueError(f"method {self.name}: its loss reads {', '.join(unfilled)}, which nothing fills")
+
+    @property
+    def reads(self) -> frozenset[str]:
+        """The optional batch fields the method's estimator and loss read, less those its estimator writes."""
+        return (self.estimator.reads | self.loss.reads) - self.estimator.writes
+
+    @property
+    def needs(self) -> frozenset[str]:
+        """What the method reads that its own sampler does not record: the runner must fill it."""
+        return self.reads - self.sampler.records
+
+    @property
+    def reads_entropy(self) -> bool:
+        """Whether credit reads the behaviour policy's entropies (scored before credit, once per batch)."""
+        return "entropy" in self.needs
+
+    def missing(self, available: frozenset[str] | set[str]) -> list[str]:
+        """What a runner that fills `available` lacks for this method, each as "field (its source)"."""
+        return [f"{field} ({FIELD_SOURCES[field]})" for field in sorted(self.needs - available)]
+
+    def check_run(self, options: RolloutConfig, checks_steps: bool) -> None:
+        """A `ValueError` unless credo's trainer can run the method with these sampling options on a task that
+        has a step checker (`checks_steps`) or not."""
+        missing = self.missing(TRAINER_FIELDS | ({"blame_start"} if checks_steps else set()))
+        if missing:
+            raise ValueError(f"method {self.name} needs {'; '.join(missing)}, which this run does not provide")
+        self.sampler.check(options, checks_steps)
+
+    def for_run(self, options: RolloutConfig) -> Method:
+        """The method with the estimator switches its sampler's options imply (the `nomask` split)."""
+        switches = self.sampler.estimator_switches(options)
+        return self.with_overrides(estimator=switches) if switches else self
 
     def credit(self, batch: RolloutBatch) -> tuple[RolloutBatch, Metrics]:
         """Run the credit estimator once per rollout batch (before mini-batches)."""
@@ -56,6 +123,12 @@ class Method:
             loss=_override(self.loss, loss or {}, f"{self.name}.loss"),
         )
 
+    def switches(self) -> dict[str, dict[str, Any]]:
+        """Every switch of the method with its value: `{"estimator": {...}, "loss": {...}}` (config keys
+        `credit:` and `loss:`)."""
+        return {part: {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+                for part, obj in (("estimator", self.estimator), ("loss", self.loss))}
+
 
 def _override(obj: Any, changes: Mapping[str, Any], where: str) -> Any:
     allowed = [f.name for f in dataclasses.fields(obj)]
@@ -65,14 +138,34 @@ def _override(obj: Any, changes: Mapping[str, Any], where: str) -> Any:
     return dataclasses.replace(obj, **changes)
 
 
-def settings(obj: Any) -> str:
-    """`ClassName(field=value, ...)` with only the fields that differ from the class defaults."""
-    changed = [
-        f"{f.name}={getattr(obj, f.name)!r}"
-        for f in dataclasses.fields(obj)
-        if f.default is not dataclasses.MISSING and getattr(obj, f.name) != f.default
-    ]
-    return f"{type(obj).__name__}({', '.join(changed)})"
+def attribute_docs(cls: type) -> dict[str, str]:
+    """The first line of each attribute docstring of a dataclass and its bases (the string under a field)."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        except (OSError, TypeError):  # builtins, object
+            continue
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        for field, doc in zip(body, body[1:]):
+            if (isinstance(field, ast.AnnAssign) and isinstance(field.target, ast.Name)
+                    and isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant)
+                    and isinstance(doc.value.value, str)):
+                docs[field.target.id] = " ".join(doc.value.value.split())
+    return docs
+
+
+def summary(method: Method) -> dict[str, str]:
+    """One row of the method table (`credo methods`): what it is, what it needs, every switch with its value."""
+    needs = ", ".join(f"{f} ({FIELD_SOURCES[f]})" for f in sorted(method.needs)) or "-"
+    switches = {part: ", ".join(f"{k}={v!r}" for k, v in values.items())
+                for part, values in method.switches().items()}
+    return {
+        "method": method.name, "family": method.family, "paper": method.paper, "changes": method.changes,
+        "sampler": method.sampler.describe(), "needs": needs,
+        "credit": f"{type(method.estimator).__name__}({switches['estimator']})",
+        "loss": f"{type(method.loss).__name__}({switches['loss']})",
+    }
 
 
 METHODS: Registry[Method] = Registry("method")
@@ -94,70 +187,70 @@ _GSPO_CLIP = {"kernel": "uniform", "clip": "combined", "clip_low": 3e-4, "clip_h
 _add(Method(
     "grpo", "baseline", "2402.03300",
     "the reference: every token of a response gets its group-normalised reward; PPO clip 0.2",
-    "groups", GroupAdvantage(), ClipLoss(),
+    GroupSampler(), GroupAdvantage(), PPOClipLoss(),
 ))
 _add(Method(
     "dr_grpo", "baseline", "2503.20783",
     "no std scaling; token sums over a fixed length, so no length or difficulty bias",
-    "groups", GroupAdvantage(scale="none"), ClipLoss(agg="seq_mean_token_sum_norm"),
+    GroupSampler(), GroupAdvantage(scale="none"), PPOClipLoss(agg="seq_mean_token_sum_norm"),
 ))
 _add(Method(
     "dapo", "baseline", "2503.14476",
     "clip-higher (0.2 / 0.28) and a token mean over the batch (dynamic sampling: a sampler option)",
-    "groups", GroupAdvantage(), ClipLoss(clip_high=0.28, agg="token_mean"),
+    GroupSampler(), GroupAdvantage(), PPOClipLoss(clip_high=0.28, agg="token_mean"),
 ))
 _add(Method(
     "gspo", "baseline", "2507.18071",
     "one sequence-level ratio (geometric mean of token ratios) per response, clip 3e-4 / 4e-4",
-    "groups", GroupAdvantage(), TraceLoss(**_GSPO_CLIP),
+    GroupSampler(), GroupAdvantage(), TraceLoss(**_GSPO_CLIP),
 ))
 _add(Method(
     "reinforce", "baseline", "2402.03300",
     "no ratio and no clip: -A * logp with the group baseline (the SRPO loss on fresh groups)",
-    "groups", GroupAdvantage(), ReinforceLoss(),
+    GroupSampler(), GroupAdvantage(), ReinforceLoss(),
 ))
 _add(Method(
     "grpo_lambda", "trace", "2510.00194",
     "lambda-returns: each token's ratio is traced through the earlier tokens' log-probs",
-    "groups", GroupAdvantage(), LambdaLoss(),
+    GroupSampler(), GroupAdvantage(), LambdaLoss(),
 ))
 _add(Method(
     "p_trace", "trace", "2605.05965",
     "each token's ratio carries a bounded, decayed mean of the earlier ratios; own and combined ratio clipped",
-    "groups", GroupAdvantage(), TraceLoss(lam=0.95, clip_high=0.28),
+    GroupSampler(), GroupAdvantage(), TraceLoss(decay=0.95, clip_high=0.28),
 ))
 _add(Method(
     "s_trace", "trace", "2605.05965",
     "P-trace whose trace keeps only the top-20% entropy tokens' ratios (the others count as zeros)",
-    "groups", EntropySelection(), TraceLoss(lam=0.95, clip_high=0.28),
+    GroupSampler(), EntropySelection(), TraceLoss(decay=0.95, clip_high=0.28),
 ))
 _add(Method(
     "rrpo", "reset", "2605.25507",
     "resets a failed rollout to a random thought; continuations train on their suffix only",
-    "resets", ResetAdvantage(), ReinforceLoss(empty_rows="count"), localiser="random",
+    ResetSampler(localiser="random"), ResetAdvantage(), ReinforceLoss(empty_rows="count"),
 ))
 _add(Method(
     "srpo", "reset", "2605.25507",
     "resets a failed rollout to the first wrong thought, localised by the policy itself",
-    "resets", ResetAdvantage(), ReinforceLoss(empty_rows="count"), localiser="self",
+    ResetSampler(localiser="self"), ResetAdvantage(), ReinforceLoss(empty_rows="count"),
 ))
 _add(Method(
     "srpo_clip", "reset", "2605.25507",
     "SRPO's ablation: the same reset groups and masks with GRPO's PPO-clip loss instead of REINFORCE",
-    "resets", ResetAdvantage(), ClipLoss(empty_rows="count"), localiser="self",
+    ResetSampler(localiser="self"), ResetAdvantage(), PPOClipLoss(empty_rows="count"),
 ))
 _add(Method(
     "ibpo", "revision", "2605.16302",
     "failures the policy can repair from a sibling are penalised less; their edits are blamed, never credited",
-    "revisions", RevisionAdvantage(), TraceLoss(**_GSPO_CLIP),
+    RevisionSampler(), RevisionAdvantage(), TraceLoss(**_GSPO_CLIP),
 ))
 _add(Method(
     "oracle_blame", "oracle", "credo",
     "the yardstick: GRPO whose failures are blamed only from their first wrong step (tasks with a step checker)",
-    "groups", OracleBlameAdvantage(), ClipLoss(),
+    GroupSampler(), OracleBlameAdvantage(), PPOClipLoss(),
 ))
 _add(Method(
     "ibpo_clip", "revision", "2605.16302",
     "IBPO's switch: the same shaped rewards and edited-token masks with GRPO's PPO-clip loss instead of GSPO",
-    "revisions", RevisionAdvantage(), ClipLoss(),
+    RevisionSampler(), RevisionAdvantage(), PPOClipLoss(),
 ))

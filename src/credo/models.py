@@ -5,6 +5,7 @@
 - a preset name such as "smollm2-135m" (`credo.gguf.PRESETS`): weights shipped in a pip package;
 - a `.gguf` file, dequantised once into a cached model directory (`credo.gguf`);
 - a Hugging Face causal-LM directory (saved with `save_pretrained`).
+`make_backend` serves the loaded policy to the rollout samplers (transformers or vLLM generation).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import torch
 from credo.config import ModelConfig
 from credo.extras import require
 from credo.gguf import PRESETS, converted_directory, preset_file
+from credo.rollout.generate import TransformersBackend
+from credo.rollout.options import RolloutConfig
 
 
 def resolve_model_path(config: ModelConfig) -> Path:
@@ -68,6 +71,17 @@ def load_model(config: ModelConfig, device: torch.device):
             ),
         )
     return model, load_tokenizer(path)
+
+
+def make_backend(rollout: RolloutConfig, model, tokenizer, model_config: ModelConfig, *, seed: int = 0):
+    """The generation backend `rollout.backend` names, serving `model`: transformers (the default, any device)
+    or vLLM (CUDA; it loads the directory `model_config` resolves to, then takes the policy's weights)."""
+    if rollout.backend == "vllm":
+        from credo.rollout.vllm_backend import VllmBackend
+
+        return VllmBackend(model, tokenizer, resolve_model_path(model_config), rollout.vllm, stop=rollout.stop,
+                           seed=seed)
+    return TransformersBackend(model, tokenizer, batch_size=rollout.generation_batch_size, stop=rollout.stop)
 
 
 def export_model(model, tokenizer, directory: Path) -> None:

@@ -1,4 +1,4 @@
-"""Name -> object registries (advantage estimators, policy losses, methods).
+"""Name -> object registries (methods, tasks, samplers).
 
 Registering a name twice is an error, and looking up an unknown name is a `ValueError` that lists the
 valid names, so a typo in a config never falls through to a default.

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import random
 import string
 import time
@@ -26,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from credo.io import atomic_directory, cache_root
 from credo.rollout.localise import TESTBED_PROMPT, TESTBED_STEP_FORMAT, localisation_prompt
 from credo.rollout.revise import TESTBED_REVISE_PROMPT, TESTBED_REVISE_REWRITE, revision_prompt
+from credo.schedules import warmup_cosine
 from credo.tasks.arith import (
     ArithConfig,
     ArithTask,
@@ -56,13 +56,18 @@ TESTBED_FORMAT = 4
 class TestbedModel(BaseModel):
     """Architecture of the testbed Llama."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     hidden_size: int = Field(128, ge=8)
+    """Width of the hidden states (and of the token embeddings, tied to the output layer)."""
     num_layers: int = Field(3, ge=1)
+    """Decoder layers."""
     num_heads: int = Field(4, ge=1)
+    """Attention heads per layer (as many key/value heads: no grouped-query attention)."""
     intermediate_size: int = Field(384, ge=8)
+    """Width of each layer's MLP."""
     max_positions: int = Field(160, ge=32)
+    """Longest sequence in tokens, prompt and response together (Llama's `max_position_embeddings`)."""
 
 
 class LocalisationJob(BaseModel):
@@ -72,11 +77,12 @@ class LocalisationJob(BaseModel):
     the SRPO paper measured for real models (exact 12%, earlier 38%, later 51%), so that the self-localiser
     is as fallible as a real one and the oracle stays the upper bound."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     share: float = Field(0.0625, ge=0.0, lt=1.0)
     """Share of SFT examples that are localisation examples (0 disables the job)."""
     p_exact: float = Field(0.12, ge=0.0, le=1.0)
+    """Probability that an example's answer is the exact first wrong thought."""
     p_earlier: float = Field(0.38, ge=0.0, le=1.0)
     """Probability of an earlier thought (the rest, `1 - p_exact - p_earlier`, is a later one)."""
 
@@ -89,7 +95,7 @@ class RevisionJob(BaseModel):
     the noise model. So a revision is likelier to succeed with a correct reference and when the attempt
     went wrong late (a near miss), and it is never certain: as for real revisers."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     share: float = Field(0.0625, ge=0.0, lt=1.0)
     """Share of SFT examples that are revision examples (0 disables the job)."""
@@ -102,21 +108,28 @@ class RevisionJob(BaseModel):
 class TestbedConfig(BaseModel):
     """Everything that determines the testbed model (its hash names the cache entry)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     task: ArithConfig = ArithConfig(min_steps=1, max_steps=6)
     """Chains and noise of the SFT traces (chain lengths here are the SFT distribution)."""
     model: TestbedModel = TestbedModel()
+    """Architecture of the testbed Llama."""
     localisation: LocalisationJob = LocalisationJob()
+    """SFT examples of SRPO's self-localisation job."""
     revision: RevisionJob = RevisionJob()
+    """SFT examples of IBPO's revision job."""
     steps: int = Field(850, ge=1)
     """SFT optimiser steps."""
     batch_size: int = Field(128, ge=1)
+    """SFT examples per optimiser step (freshly drawn for every step)."""
     micro_batches: int = Field(4, ge=1)
     """Each batch is sorted by length and cut into this many micro-batches (less padding, same gradient)."""
     lr: float = Field(3e-3, gt=0)
+    """AdamW's peak learning rate of the SFT (linear warm-up, then cosine decay to 0 at `steps`)."""
     warmup_steps: int = Field(50, ge=0)
+    """SFT steps of linear learning-rate warm-up."""
     seed: int = 0
+    """Seed of the model's initial weights and of the SFT examples."""
 
     def digest(self) -> str:
         return hashlib.sha256(f"{TESTBED_FORMAT}:{self.model_dump_json()}".encode()).hexdigest()[:12]
@@ -168,8 +181,8 @@ def sft_examples(config: TestbedConfig, task: ArithTask, tokenizer, rng: random.
     revision examples.
 
     Every batch mixes all chain lengths: batches of one length each (cheaper to pad) trained far worse
-    (greedy 4% vs 30% on 2-step chains after 400 steps), so lengths are mixed and `micro_batches` (below)
-    cut the padding instead.
+    (greedy 4% vs 30% on 2-step chains after 400 steps), so lengths are mixed and `sft_batches` (below)
+    cuts the padding instead.
     """
     prompt_texts, responses = [], []
     for _ in range(size):
@@ -232,8 +245,8 @@ def revision_example(job: RevisionJob, task: ArithTask, chain, rng: random.Rando
     return prompt, trace(chain, revised)
 
 
-def micro_batches(examples: list[tuple[list[int], list[int]]], parts: int, pad: int) -> list[dict[str, torch.Tensor]]:
-    """The examples sorted by length and cut into at most `parts` right-padded micro-batches with the fewest
+def sft_batches(examples: list[tuple[list[int], list[int]]], parts: int, pad: int) -> list[dict[str, torch.Tensor]]:
+    """The SFT examples sorted by length and cut into at most `parts` right-padded micro-batches with the fewest
     padded tokens in all (`least_padding_cuts`), each padded only to its own longest sequence; labels
     (-100 elsewhere) on the response tokens."""
     ordered = sorted(examples, key=lambda e: len(e[0]) + len(e[1]))
@@ -307,14 +320,6 @@ def chat_prompt(tokenizer, user_message: str) -> str:
     )
 
 
-def warmup_cosine(step: int, total: int, warmup: int) -> float:
-    """Learning-rate multiplier: linear warm-up over `warmup` steps, then cosine decay to 0 at `total`."""
-    if step < warmup:
-        return (step + 1) / warmup
-    progress = (step - warmup) / max(1, total - warmup)
-    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
-
-
 def testbed_dir(config: TestbedConfig) -> Path:
     return cache_root() / "testbed" / config.digest()
 
@@ -348,7 +353,7 @@ def _train_testbed(config: TestbedConfig, target: Path, log: Callable[[str], Non
     model.train()
     for step in range(config.steps):
         examples = sft_examples(config, task, tokenizer, rng, config.batch_size)
-        loss = sft_step(model, micro_batches(examples, config.micro_batches, tokenizer.pad_token_id))
+        loss = sft_step(model, sft_batches(examples, config.micro_batches, tokenizer.pad_token_id))
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()

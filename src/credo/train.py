@@ -25,17 +25,13 @@ from credo.evaluate import eval_subset, evaluate_policy
 from credo.io import atomic_directory, write_json_atomic, write_text_atomic
 from credo.methods import Method, get_method
 from credo.microbatch import micro_batches
-from credo.models import export_model, load_model
+from credo.models import export_model, load_model, make_backend
 from credo.policy import policy_logprobs
 from credo.progress import TrainProgress
-from credo.rollout.backends import make_backend
-from credo.rollout.groups import ProblemStream, Rollout, sample_groups
-from credo.rollout.reset_plan import SPLITS
-from credo.rollout.resets import sample_resets
-from credo.rollout.revisions import sample_revisions
+from credo.rollout.groups import ProblemStream, Rollout
 from credo.rollout.thoughts import blame_start, token_pieces
+from credo.schedules import lr_multiplier
 from credo.tasks import Task, build_task
-from credo.testbed import warmup_cosine
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +51,11 @@ class Trainer:
     device: torch.device
     autocast: bool
     backend: object
-    """The generation backend (`credo.rollout.backends.make_backend`)."""
+    """The generation backend (`credo.models.make_backend`)."""
     on_policy: bool
     """One optimiser step per rollout batch and a credit estimator that reads no entropies: the policy being
     updated is the one that sampled, so the update's own forward pass gives the behaviour log-probs
-    (`old_logp = logp.detach()`, TRL's on-policy convention) and entropies, and `score` skips its pass."""
+    (`old_logp = logp.detach()`, TRL's on-policy convention) and entropies, and `behaviour_batch` skips its pass."""
 
 
 @holding_run_lock
@@ -87,7 +83,7 @@ def train(config: RunConfig, run_dir, *, resume: bool = False, show_progress: bo
             started = time.perf_counter()
             rollout = sample_rollout(trainer, stream)
             generated = time.perf_counter()
-            batch, behaviour_finite = score(trainer, rollout)
+            batch, behaviour_finite = behaviour_batch(trainer, rollout)
             batch, credit_metrics = trainer.method.credit(batch)
             scored = time.perf_counter()
             update_metrics, credit = update(trainer, batch, state, usable=behaviour_finite)
@@ -123,9 +119,7 @@ def build_trainer(config: RunConfig, run: RunDirectory) -> Trainer:
     device = pick_device(config.train.device)
     torch.manual_seed(config.train.seed)
     random.seed(config.train.seed)  # the random localiser's stream (checkpointed with torch's)
-    method = get_method(config.method, estimator=config.credit, loss=config.loss)
-    if method.sampler == "resets" and SPLITS[config.rollout.resets.split].train_prefix:
-        method = method.with_overrides(estimator={"train_prefix": True})  # the `nomask` split
+    method = get_method(config.method, estimator=config.credit, loss=config.loss).for_run(config.rollout)
     task = build_task(config.task)
     model, tokenizer = load_model(config.model, device)
     model.train()
@@ -135,16 +129,14 @@ def build_trainer(config: RunConfig, run: RunDirectory) -> Trainer:
     updates = config.train.steps * optim.minibatches * optim.epochs
 
     def multiplier(update: int) -> float:
-        if optim.schedule == "cosine":
-            return warmup_cosine(update, updates, optim.warmup_steps)
-        return min(1.0, (update + 1) / optim.warmup_steps) if optim.warmup_steps else 1.0
+        return lr_multiplier(optim.schedule, update, updates, optim.warmup_steps)
 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, multiplier)
     autocast = config.model.autocast_bf16
     if autocast is None:
         autocast = device.type == "cuda" and torch.cuda.is_bf16_supported()
     backend = make_backend(config.rollout, model, tokenizer, config.model, seed=config.train.seed)
-    on_policy = optim.minibatches * optim.epochs == 1 and not getattr(method.estimator, "reads_entropy", False)
+    on_policy = optim.minibatches * optim.epochs == 1 and not method.reads_entropy
     return Trainer(config, run, method, task, model, tokenizer, optimizer, scheduler, device, autocast, backend,
                    on_policy)
 
@@ -193,19 +185,14 @@ def record_resumed_config(trainer: Trainer, state: TrainState) -> None:
 
 # ------------------------------------------------------------------------------------------- the step
 def sample_rollout(trainer: Trainer, stream: ProblemStream) -> Rollout:
-    """The method's sampler: i.i.d. groups, reset groups (RRPO/SRPO) or groups with revisions (IBPO)."""
-    config, method = trainer.config, trainer.method
-    if method.sampler == "resets":
-        localiser = config.rollout.resets.localiser or method.localiser
-        return sample_resets(trainer.backend, trainer.task, stream, config.rollout, localiser)
-    if method.sampler == "revisions":
-        return sample_revisions(trainer.backend, trainer.task, stream, config.rollout)
-    return sample_groups(trainer.backend, trainer.task, stream, config.rollout)
+    """One rollout batch from the method's sampler (`credo.rollout.samplers`)."""
+    return trainer.method.sampler.sample(trainer.backend, trainer.task, stream, trainer.config.rollout)
 
 
-def score(trainer: Trainer, rollout: Rollout) -> tuple[RolloutBatch, bool]:
-    """The rollout as a batch, with the behaviour policy's log-probs and entropies (computed once, no grad),
-    and whether those were finite on every response token.
+def behaviour_batch(trainer: Trainer, rollout: Rollout) -> tuple[RolloutBatch, bool]:
+    """The rollout as a batch, with the behaviour policy's log-probs and entropies (computed once, no grad)
+    and the step checker's `blame_start` where the task has one, and whether the behaviour values were
+    finite on every response token.
 
     On-policy trainers (`Trainer.on_policy`) skip that pass: `old_logp` stays 0 until the update's own
     forward pass fills it, and `entropy` is None (the update logs the entropies instead). Non-finite
@@ -241,32 +228,13 @@ def score(trainer: Trainer, rollout: Rollout) -> tuple[RolloutBatch, bool]:
                         verdict.first_wrong_step, rules)
             for row, verdict in enumerate(rollout.verdicts)
         ], device=trainer.device)
-    batch = RolloutBatch(
-        response_ids=c.response_ids.to(trainer.device),
-        response_mask=mask,
-        group_id=rollout.group_id.to(trainer.device),
-        rewards=rollout.rewards.to(trainer.device),
-        old_logp=torch.where(mask, old_logp, 0.0),
-        entropy=None if entropy is None else torch.where(mask, entropy, 0.0),
-        correct=torch.tensor([v.correct for v in rollout.verdicts], device=trainer.device),
-        prompt_ids=c.prompt_ids.to(trainer.device),
-        prompt_mask=c.prompt_mask.to(trainer.device),
-        prefix_len=_to(rollout.prefix_len, trainer.device),
-        blame_start=blame,
-        segment_ids=_to(rollout.segment_ids, trainer.device),
-        revision_success=_to(rollout.revision_success, trainer.device),
-        edit_mask=_to(rollout.edit_mask, trainer.device),
-    )
+    batch = rollout.batch(old_logp=old_logp, entropy=entropy, blame_start=blame, device=trainer.device)
     return batch, finite
 
 
 def finite_on(mask: torch.Tensor, *values: torch.Tensor | None) -> bool:
     """Whether every given (B, T) tensor is finite on the `mask`ed tokens (None: nothing to check)."""
     return all(bool(torch.isfinite(v[mask]).all()) for v in values if v is not None)
-
-
-def _to(tensor: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
-    return None if tensor is None else tensor.to(device)
 
 
 class TrainingDiverged(RuntimeError):
@@ -279,7 +247,7 @@ def update(trainer: Trainer, batch: RolloutBatch, state: TrainState, *,
 
     Returns the averaged metrics (`optim/skipped`: the share of skipped optimiser steps) and the credit each
     token received, `-rows * dLoss/dlogp` of its mini-batch's loss (`credo.diagnostics`), averaged over
-    epochs: (B, T). `usable=False` (a non-finite behaviour pass, see `score`) skips every optimiser step.
+    epochs: (B, T). `usable=False` (a non-finite behaviour pass, see `behaviour_batch`) skips every optimiser step.
     A step with any skipped optimiser step extends `state.nan_streak`; at `train.max_nan_steps` in a row the
     run stops with `TrainingDiverged`, its checkpoints untouched (a skipped step changes no weight).
     """

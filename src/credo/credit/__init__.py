@@ -1,17 +1,16 @@
 """Credit estimators: from rewards (and sampler records) to per-token advantages and masks, no model.
 
-The registry `ESTIMATORS` maps names to estimator classes; see `credo.methods` for the named methods.
+See `credo.methods` (`METHODS`) for the named methods that pair an estimator with a loss.
 """
 
-from credo.credit.base import ESTIMATORS, CreditEstimator, Metrics
+from credo.credit.base import CreditEstimator, Metrics
 from credo.credit.groups import GroupAdvantage, failed_rows, group_advantages
 from credo.credit.oracle import OracleBlameAdvantage, blame_mask
 from credo.credit.resets import ResetAdvantage, suffix_mask
 from credo.credit.revisions import RevisionAdvantage, closest_revision, edit_distance, edit_mask, shaped_rewards
-from credo.credit.traces import EntropySelection, entropy_selection, trace_history
+from credo.credit.traces import EntropySelection, entropy_selection
 
 __all__ = [
-    "ESTIMATORS",
     "CreditEstimator",
     "EntropySelection",
     "GroupAdvantage",
@@ -28,5 +27,4 @@ __all__ = [
     "group_advantages",
     "shaped_rewards",
     "suffix_mask",
-    "trace_history",
 ]

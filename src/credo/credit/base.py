@@ -1,4 +1,4 @@
-"""The credit-estimator protocol and its registry.
+"""The credit-estimator protocol.
 
 A credit estimator runs once per rollout batch, before it is split into mini-batches, and needs no model:
 it turns rewards (and whatever the sampler recorded) into per-token advantages, the loss mask and, for
@@ -11,18 +11,21 @@ from __future__ import annotations
 from typing import Protocol
 
 from credo.batch import RolloutBatch
-from credo.registry import Registry
 
 Metrics = dict[str, float]
 
 
 class CreditEstimator(Protocol):
-    """Computes credit once per rollout batch. An estimator that reads the behaviour policy's entropies
-    declares `reads_entropy = True` (the trainer then scores them before credit; others may get them later)."""
+    """Computes credit once per rollout batch.
+
+    It declares the optional `RolloutBatch` fields it needs filled (`reads`, e.g. the behaviour policy's
+    `entropy`: the trainer then scores them before credit) and those it fills (`writes`), by the names of
+    `credo.batch.FIELD_SOURCES`; `credo.methods.Method` derives what a method needs from them.
+    """
+
+    reads: frozenset[str]
+    writes: frozenset[str]
 
     def __call__(self, batch: RolloutBatch) -> tuple[RolloutBatch, Metrics]:
         """Return `batch` with `advantages` (and `loss_mask`, `trace_mask` where the method sets them)."""
         ...
-
-
-ESTIMATORS: Registry[type[CreditEstimator]] = Registry("credit estimator")

@@ -16,14 +16,16 @@ A group whose rewards are all equal gets `A = 0` exactly in every convention (no
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
 from credo.batch import RolloutBatch
 from credo.checks import check_choice, check_range
-from credo.credit.base import ESTIMATORS, Metrics
+from credo.credit.base import Metrics
 
 SCALES = ("std", "batch_std", "none")
 
@@ -78,7 +80,6 @@ def group_spread(values: Tensor, inverse: Tensor, num_groups: int) -> Tensor:
     return high - low
 
 
-@ESTIMATORS.register("group")
 @dataclass(frozen=True, kw_only=True)
 class GroupAdvantage:
     """GRPO's estimator: group-normalised outcome advantage on every trained token.
@@ -88,6 +89,17 @@ class GroupAdvantage:
     Subclasses change what is normalised (`rewards`) and which tokens train (`loss_mask`).
     """
 
+    conventions: ClassVar[Mapping[str, Mapping[str, Any]]] = {
+        "trl": {"std_ddof": 1, "eps": 1e-4},
+        "verl": {"std_ddof": 1, "eps": 1e-6},
+    }
+    """The switches with which this estimator computes what an engine's own implementation computes, per
+    convention name; subclasses add to their bases' (`credo.integrations.conventions`)."""
+
+    reads: ClassVar[frozenset[str]] = frozenset()
+    """Optional batch fields it needs (`credo.batch.FIELD_SOURCES`); subclasses add theirs."""
+    writes: ClassVar[frozenset[str]] = frozenset({"advantages"})
+    """Batch fields it fills; a subclass that changes the loss or trace mask adds it."""
     scale: str = "std"
     """"std" per group | "batch_std" over the batch (TRL scale_rewards="batch") | "none" (Dr. GRPO)."""
     std_ddof: int = 0

@@ -16,13 +16,14 @@ docs/testbed.md sec. 3 reports this in a hard regime: greedy 89.8 against 76.9 f
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
 from credo.batch import RolloutBatch
 from credo.checks import check_choice
-from credo.credit.base import ESTIMATORS, Metrics
+from credo.credit.base import Metrics
 from credo.credit.groups import GroupAdvantage, failed_rows
 
 LUCKY = ("all", "before")
@@ -40,10 +41,12 @@ def blame_mask(response_mask: Tensor, blame_start: Tensor, failed: Tensor, lucky
     return response_mask & torch.where(failed.unsqueeze(1), blamed, kept)
 
 
-@ESTIMATORS.register("oracle_blame")
 @dataclass(frozen=True, kw_only=True)
 class OracleBlameAdvantage(GroupAdvantage):
     """GRPO's advantages, given to a failed response only from its first wrong step onward."""
+
+    reads: ClassVar[frozenset[str]] = frozenset({"blame_start"})
+    writes: ClassVar[frozenset[str]] = frozenset({"advantages", "loss_mask"})
 
     lucky: str = "all"
     """A correct response with a wrong step: credit on "all" its tokens, or only "before" the step."""

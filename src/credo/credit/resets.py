@@ -15,12 +15,13 @@ is REINFORCE (`credo.losses.ReinforceLoss`) or, as the paper's ablation, PPO cli
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
 from credo.batch import RolloutBatch
-from credo.credit.base import ESTIMATORS, Metrics
+from credo.credit.base import Metrics
 from credo.credit.groups import GroupAdvantage
 
 
@@ -30,10 +31,12 @@ def suffix_mask(response_mask: Tensor, prefix_len: Tensor) -> Tensor:
     return response_mask & (positions >= prefix_len.unsqueeze(1))
 
 
-@ESTIMATORS.register("reset")
 @dataclass(frozen=True, kw_only=True)
 class ResetAdvantage(GroupAdvantage):
     """RRPO/SRPO estimator: separate group normalisation (by `group_id`) and suffix-only loss masks."""
+
+    reads: ClassVar[frozenset[str]] = frozenset({"prefix_len"})
+    writes: ClassVar[frozenset[str]] = frozenset({"advantages", "loss_mask"})
 
     std_ddof: int = 0
     eps: float = 0.0

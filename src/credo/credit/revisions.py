@@ -28,19 +28,20 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
 from credo.batch import RolloutBatch
 from credo.checks import check_choice, check_range
-from credo.credit.base import ESTIMATORS, Metrics
+from credo.credit.base import Metrics
 from credo.credit.groups import GroupAdvantage, failed_rows, group_spread
 
 
-def shaped_rewards(rewards: Tensor, revision_success: Tensor, lam: float = 0.6) -> Tensor:
-    """(B,) `R' = r + lam * (1 - r) * s`."""
-    return rewards + lam * (1.0 - rewards) * revision_success
+def shaped_rewards(rewards: Tensor, revision_success: Tensor, weight: float = 0.6) -> Tensor:
+    """(B,) `R' = r + lambda * (1 - r) * s`, `lambda = weight`."""
+    return rewards + weight * (1.0 - rewards) * revision_success
 
 
 def _distance_rows(source: Sequence[int], target: Sequence[int]) -> Iterator[Tensor]:
@@ -114,14 +115,16 @@ def closest_revision(source: Sequence[int], revisions: Sequence[Sequence[int]]) 
 EDIT_CREDIT = ("signed", "edited")
 
 
-@ESTIMATORS.register("revision")
 @dataclass(frozen=True, kw_only=True)
 class RevisionAdvantage(GroupAdvantage):
     """IBPO's estimator: group advantages of the shaped rewards; on a repaired failure, the edited tokens
     are blamed (`min(A, 0)`) and the unedited ones credited (`max(A, 0)`), see the module docstring."""
 
-    lam: float = 0.6
-    """Weight of the revision success rate in the shaped reward."""
+    reads: ClassVar[frozenset[str]] = frozenset({"revision_success", "edit_mask"})
+    writes: ClassVar[frozenset[str]] = frozenset({"advantages", "loss_mask"})
+
+    revision_weight: float = 0.6
+    """IBPO's lambda: weight of the revision success rate in the shaped reward."""
     use_edit_mask: bool = True
     """Credit a failure with a successful revision by its edit mask (False: every token gets A)."""
     edit_credit: str = "signed"
@@ -137,7 +140,7 @@ class RevisionAdvantage(GroupAdvantage):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_range("RevisionAdvantage", "lam", self.lam, 0.0, 1.0)
+        check_range("RevisionAdvantage", "revision_weight", self.revision_weight, 0.0, 1.0)
         check_choice("RevisionAdvantage", "edit_credit", self.edit_credit, EDIT_CREDIT)
         check_choice("RevisionAdvantage", "norm", self.norm, ("response", "trained"))
 
@@ -148,7 +151,7 @@ class RevisionAdvantage(GroupAdvantage):
         failed = failed_rows(batch)
         if (s[~failed] != 0).any():
             raise ValueError("RolloutBatch.revision_success must be 0 on correct rows (only failures are revised)")
-        shaped = shaped_rewards(batch.rewards, s, self.lam)
+        shaped = shaped_rewards(batch.rewards, s, self.revision_weight)
         metrics = {
             "credit/revision_success": float(s[failed].mean()) if failed.any() else 0.0,
             "credit/groups_given_variance": _groups_given_variance(batch.rewards, shaped, batch.group_id),

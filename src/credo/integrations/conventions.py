@@ -1,11 +1,11 @@
 """Other engines' conventions as presets of credo's switches, shared by the TRL and verl integrations.
 
-A preset lists, per class of estimator or loss, the switches that make a credo method compute what the engine's
-own implementation computes (README "Reproducing verl and TRL exactly"; the tests compare through the engines'
-code). Switches apply to a method whose estimator or loss is an instance of the class; `"credo"` changes
-nothing. What a switch cannot express is handled by the integration and documented there (verl's groups of one
-row: `credo.integrations.verl.single_row_advantages`; TRL's `norm_len = max_completion_length`, read from its
-`GRPOConfig` in `credo.integrations.trl.resolve_method`).
+Each estimator and loss class declares, in its `conventions` class attribute, the switches that make it compute
+what the engine's own implementation computes (README "Reproducing verl and TRL exactly"; the tests compare
+through the engines' code); a class adds to its bases' declarations, and `"credo"` changes nothing. The
+engines' code these declarations follow is quoted below. What a switch cannot express is handled by the
+integration and documented there (verl's groups of one row: `credo.integrations.verl.single_row_advantages`;
+TRL's `norm_len = max_completion_length`, read from its `GRPOConfig` in `credo.integrations.trl.resolve_method`).
 
 TRL 1.16 `GRPOTrainer` (`trl/trainer/grpo_trainer.py`): `advantages / (std_rewards + 1e-4)` with the sample
 std; `loss_type="grpo"` takes `.mean()` over all B rows (rows without a loss token count) and the log-ratio
@@ -24,41 +24,29 @@ verl 0.9.1 (`verl/trainer/ppo/core_algos.py`):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from credo.checks import check_choice
-from credo.credit import GroupAdvantage
-from credo.losses import ClipLoss, ClippedLoss, PolicyLoss
 from credo.methods import Method
 
-PRESETS: dict[str, tuple[tuple[type, Mapping[str, Any]], ...]] = {
-    "credo": (),
-    "trl": (
-        (GroupAdvantage, {"std_ddof": 1, "eps": 1e-4}),
-        (PolicyLoss, {"empty_rows": "count"}),
-        (ClippedLoss, {"log_ratio_clamp": None}),
-    ),
-    "verl": (
-        (GroupAdvantage, {"std_ddof": 1, "eps": 1e-6}),
-        (PolicyLoss, {"empty_rows": "count", "norm_len": None}),
-        (ClipLoss, {"dual_clip": 3.0, "log_ratio_clamp": 20.0}),  # verl's vanilla loss (not its GSPO loss)
-    ),
-}
-"""Convention name -> (class, switches) pairs, applied in order to a method's estimator and loss."""
+CONVENTIONS = ("credo", "trl", "verl")
+"""The convention presets: "credo" changes nothing; "trl" and "verl" are the switches each estimator and
+loss class declares in its `conventions` (class attribute, collected from its bases down)."""
 
 
 def convention_switches(method: Method, conventions: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """`(estimator switches, loss switches)` of the preset `conventions` for `method` (see `PRESETS`)."""
-    check_choice("credo.integrations", "conventions", conventions, tuple(PRESETS))
-    estimator: dict[str, Any] = {}
-    loss: dict[str, Any] = {}
-    for cls, switches in PRESETS[conventions]:
-        if isinstance(method.estimator, cls):
-            estimator.update(switches)
-        if isinstance(method.loss, cls):
-            loss.update(switches)
-    return estimator, loss
+    """`(estimator switches, loss switches)` that make `method` compute what the engine `conventions` names
+    computes, as its estimator's and loss's classes declare them."""
+    check_choice("credo.integrations", "conventions", conventions, CONVENTIONS)
+    return declared(method.estimator, conventions), declared(method.loss, conventions)
 
 
-__all__ = ["PRESETS", "convention_switches"]
+def declared(obj: Any, conventions: str) -> dict[str, Any]:
+    """The switches `type(obj)` and its bases declare for `conventions` (a subclass's win)."""
+    switches: dict[str, Any] = {}
+    for klass in reversed(type(obj).__mro__):
+        switches.update(vars(klass).get("conventions", {}).get(conventions, {}))
+    return switches
+
+
+__all__ = ["CONVENTIONS", "convention_switches"]

@@ -22,10 +22,10 @@ TRL 1.16 applies to `num_items_in_batch` in its `dapo` loss. With `gradient_accu
 steps_per_generation` (TRL's default) and one process, the micro-batch losses of one optimiser step add up to
 exactly credo's loss on the generation batch; otherwise the share is TRL's own approximation.
 
-Only methods whose sampler draws i.i.d. groups fit TRL's rollout shape (`num_generations` consecutive rows per
-prompt): grpo, dr_grpo, dapo, gspo, reinforce, grpo_lambda, p_trace, s_trace. Reset methods (rrpo, srpo,
-srpo_clip) and revision methods (ibpo, ibpo_clip) need their own samplers, oracle_blame a step checker: they
-are errors here. DAPO's dynamic sampling is a credo sampler option and is not available in TRL; its overlong
+Which methods fit is derived from the registry (`refusal`, `supported_methods()`): a method whose sampler
+draws i.i.d. groups (TRL's rollout shape: `num_generations` consecutive rows per prompt) and that needs no
+batch field beyond what TRL gives (`TRL_FIELDS`: entropies, reference log-probs). Reset and revision methods
+need their own samplers, oracle_blame a step checker: they are errors here, with the reason. DAPO's dynamic sampling is a credo sampler option and is not available in TRL; its overlong
 penalty is a TRL reward function (`trl.rewards.get_soft_overlong_punishment`).
 
     from trl import GRPOConfig
@@ -34,7 +34,7 @@ penalty is a TRL reward function (`trl.rewards.get_soft_overlong_punishment`).
     trainer = CredoGRPOTrainer(
         model=model, reward_funcs=[reward], args=GRPOConfig(output_dir="out", steps_per_generation=4),
         train_dataset=dataset, processing_class=tokenizer,
-        credo_method="s_trace", credo_overrides={"loss": {"lam": 0.9}},
+        credo_method="s_trace", credo_overrides={"loss": {"decay": 0.9}},
     )
     trainer.train()
 """
@@ -52,11 +52,10 @@ from torch import Tensor
 
 from credo.batch import RolloutBatch
 from credo.checks import check_choice
-from credo.credit import EntropySelection, OracleBlameAdvantage
 from credo.credit.base import Metrics
 from credo.extras import require
 from credo.integrations.conventions import convention_switches
-from credo.methods import Method, get_method
+from credo.methods import METHODS, Method, get_method
 from credo.tasks.base import Problem, Task
 
 _trl = require("trl", "trl", "credo.integrations.trl (CredoGRPOTrainer)")
@@ -135,7 +134,7 @@ def resolve_method(
     args: GRPOConfig | None = None,
 ) -> Method:
     """The credo method to run inside TRL: checked to fit TRL's i.i.d. groups, with TRL's `beta` as its KL weight,
-    the `conventions="trl"` switches (`credo.integrations.conventions.PRESETS["trl"]` and `norm_len =
+    the `conventions="trl"` switches (the classes' "trl" declarations, `credo.integrations.conventions`, and `norm_len =
     max_completion_length`), then `credo_overrides` (`{"credit": {...}, "loss": {...}}`)."""
     check_choice("CredoGRPOTrainer", "credo_conventions", conventions, CONVENTIONS)
     method = get_method(credo_method) if isinstance(credo_method, str) else credo_method
@@ -155,27 +154,33 @@ def resolve_method(
     return method.with_overrides(estimator={**base_credit, **credit}, loss={**base_loss, **loss})
 
 
+TRL_FIELDS = frozenset({"entropy", "ref_logp"})
+"""The optional batch fields the adapter fills: the behaviour policy's entropies (one no-grad pass through TRL's
+`_get_per_token_logps_and_entropies`, for methods that read them) and TRL's reference log-probs (`beta > 0`)."""
+
+
+def refusal(method: Method) -> str | None:
+    """Why `method` cannot run inside TRL's GRPOTrainer, or None if it can (asked of the method's parts)."""
+    if not method.sampler.iid:
+        return f"it draws {method.sampler.draws}, and TRL's GRPOTrainer samples i.i.d. groups only"
+    missing = method.missing(TRL_FIELDS)
+    if missing:
+        return f"it needs {'; '.join(missing)}, which TRL's reward functions and rollouts do not provide"
+    return None
+
+
+def supported_methods() -> list[str]:
+    """The registered methods that run inside TRL's GRPOTrainer."""
+    return [name for name in METHODS if refusal(METHODS.get(name)) is None]
+
+
 def check_supported(method: Method) -> None:
-    """A clear error for methods that do not fit TRL's rollouts (i.i.d. groups of `num_generations` rows)."""
-    if method.sampler == "resets":
-        why = ("it resets failed rollouts to a thought and samples continuations from the kept prefix, with a "
-               "separate suffix group and suffix-only loss masks")
-    elif method.sampler == "revisions":
-        why = ("its reward shaping needs the share of policy-written revisions of each failure that verify (K-1 "
-               "extra generations per failure, each given a sibling), and its token mask the revisions' edits")
-    elif isinstance(method.estimator, OracleBlameAdvantage):
-        raise ValueError(
-            f"credo method {method.name!r} does not fit TRL's GRPOTrainer: it needs the task's step checker (the "
-            "first wrong step of each response), which TRL's reward functions do not report. Train it with credo's "
-            f"own trainer (`credo train`, method: {method.name})"
-        )
-    else:
-        return
-    raise ValueError(
-        f"credo method {method.name!r} does not fit TRL's GRPOTrainer, which samples i.i.d. groups only: {why}. "
-        f"Train it with credo's own trainer (`credo train`, method: {method.name}) or the verl integration "
-        "(credo.integrations.verl)"
-    )
+    """A clear error for a method that does not fit TRL's GRPOTrainer (see `refusal`)."""
+    why = refusal(method)
+    if why is not None:
+        raise ValueError(f"credo method {method.name!r} does not fit TRL's GRPOTrainer: {why}. Train it with "
+                         f"credo's own trainer (`credo train`, method: {method.name}) or the verl integration "
+                         "(credo.integrations.verl)")
 
 
 class CredoGRPOTrainer(GRPOTrainer):
@@ -184,7 +189,7 @@ class CredoGRPOTrainer(GRPOTrainer):
     Args (besides GRPOTrainer's own):
         credo_method: a method name (`credo methods` lists them) or a `credo.methods.Method`.
         credo_overrides: `{"credit": {...}, "loss": {...}}`: switches of the method's credit estimator and loss
-            (e.g. `{"loss": {"lam": 0.9}}`); an unknown switch is an error.
+            (e.g. `{"loss": {"decay": 0.9}}`); an unknown switch is an error.
         credo_conventions: "credo" (the method's defaults) or "trl" (TRL's: sample std with eps 1e-4, rows without a
             loss token counted in row means, Dr. GRPO divided by `max_completion_length`, no log-ratio clamp).
             `credo_overrides` apply after either.
@@ -213,7 +218,7 @@ class CredoGRPOTrainer(GRPOTrainer):
         check_trl_args(self.args)
         self.credo_method = resolve_method(credo_method, credo_overrides, credo_conventions, self.args)
         """The credo method in use, with every override applied."""
-        self._credo_needs_entropy = isinstance(self.credo_method.estimator, EntropySelection)
+        self._credo_needs_entropy = self.credo_method.reads_entropy
         self._credo_rewards_per_func: Tensor | None = None
 
     # ------------------------------------------------------------------------------- once per generation batch

@@ -2,7 +2,7 @@
 
 An adapter only: the math stays in `credo.credit` and `credo.losses`. `register()` adds, for every credo
 method that verl's interfaces can carry, an advantage estimator and a policy loss to verl's own registries
-(`verl.trainer.ppo.core_algos`), under the names of `VERL_NAMES` (`credo_grpo`, `credo_srpo`, ...), and
+(`verl.trainer.ppo.core_algos`), under the names of `verl_names()` (`credo_grpo`, `credo_srpo`, ...), and
 the agent loops of the reset and revision methods (`credo.integrations.verl_agent`). Then a verl run selects
 them like verl's own:
 
@@ -31,7 +31,7 @@ estimator cannot see, so their agent loop runs credo's own sampler and estimator
 each row's advantage over as its score, with the trained tokens (the suffix after a kept prefix, or
 IBPO's edited tokens) as its `response_mask`; their verl estimator spreads that per-row advantage over
 the mask. `response_mask` is also verl's loss mask (and its token count the loss normaliser), so suffix
-rows train on the suffix only, as in credo. See `UNSUPPORTED` for what cannot be carried.
+rows train on the suffix only, as in credo. `refusal` says, from a method's parts, what cannot be carried.
 """
 
 from __future__ import annotations
@@ -43,40 +43,51 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from credo.batch import RolloutBatch
+from credo.batch import FIELD_SOURCES, RolloutBatch
 from credo.checks import check_choice
 from credo.credit import GroupAdvantage
 from credo.extras import require
 from credo.integrations.conventions import convention_switches
-from credo.methods import Method, get_method
+from credo.methods import METHODS, Method, get_method
 
 VERL_VERSION = "0.9.1"
 """The verl release these adapters follow (signatures, registries, `global_batch_info`, agent loops)."""
 
-VERL_NAMES: dict[str, str] = {
-    "credo_grpo": "grpo",
-    "credo_dr_grpo": "dr_grpo",
-    "credo_dapo": "dapo",
-    "credo_gspo": "gspo",
-    "credo_reinforce": "reinforce",
-    "credo_grpo_lambda": "grpo_lambda",
-    "credo_p_trace": "p_trace",
-    "credo_rrpo": "rrpo",
-    "credo_srpo": "srpo",
-    "credo_srpo_clip": "srpo_clip",
-    "credo_ibpo": "ibpo",
-    "credo_ibpo_clip": "ibpo_clip",
-}
-"""verl name -> credo method: each is both an advantage estimator and a policy loss in verl's registries."""
+ESTIMATOR_FIELDS = frozenset()
+"""The optional batch fields verl's advantage-estimator signature carries for i.i.d. group methods: none
+(`token_level_rewards`, `response_mask`, `index`); the estimator's results reach the loss as `advantages`."""
 
-UNSUPPORTED: dict[str, str] = {
-    "s_trace": "its trace mask is the top-20% of the behaviour policy's token entropies over the rollout "
-    "batch; verl 0.9.1 computes those entropies (field `entropy` after the old-log-prob pass) but passes "
-    "them neither to the advantage estimator nor to the policy loss",
-    "oracle_blame": "it needs a task's step checker (the first wrong step of every failure); verl's "
-    "reward functions return a score only",
-}
-"""credo methods with no verl adapter, and why."""
+AGENT_LOOP_FIELDS = frozenset({"correct"})
+"""Besides the sampler's own records, what credo's agent loops give their estimator: the verdicts (verl's
+reward functions return no step checker's `blame_start`, and no entropies)."""
+
+
+def refusal(method: Method) -> str | None:
+    """Why verl's interfaces cannot carry `method`, or None if they can (asked of the method's parts).
+
+    i.i.d. group methods: the estimator sees rewards, masks and uids only, and only `advantages` reach the
+    policy loss. Reset and revision methods run credo's sampler and estimator in their agent loop
+    (`AGENT_LOOPS`), which hands each row's advantage and trained-token mask over."""
+    if method.sampler.name in AGENT_LOOPS:
+        available, carried = AGENT_LOOP_FIELDS | method.sampler.records, {"advantages", "loss_mask"}
+    elif method.sampler.iid:
+        available, carried = ESTIMATOR_FIELDS, {"advantages"}
+    else:
+        return f"it draws {method.sampler.draws}, for which credo has no verl agent loop"
+    missing = method.missing(available)
+    if missing:
+        return f"it needs {'; '.join(missing)}, which verl passes neither to the advantage estimator nor to the policy loss"
+    dropped = sorted(method.estimator.writes - carried)
+    if dropped:
+        return (f"its estimator also writes {', '.join(f'{f} ({FIELD_SOURCES[f]})' for f in dropped)}, which verl "
+                "cannot carry from the advantage estimator to the policy loss")
+    return None
+
+
+def verl_names() -> dict[str, str]:
+    """verl name -> credo method, for every registered method verl can carry (`refusal`): each is both an
+    advantage estimator and a policy loss in verl's registries (`credo_grpo`, `credo_srpo`, ...)."""
+    return {f"credo_{name}": name for name in METHODS if refusal(METHODS.get(name)) is None}
 
 AGG_MODES = {
     "token-mean": "token_mean",
@@ -90,7 +101,7 @@ AGENT_LOOPS = {"resets": "ResetAgentLoop", "revisions": "RevisionAgentLoop"}
 
 CONVENTIONS = ("credo", "verl")
 """`conventions` of `register` / `register_method`: credo's defaults, or verl's own (`credo.integrations.
-conventions.PRESETS["verl"]` plus `single_row_advantages`), with which `credo_grpo` and `credo_dr_grpo`
+conventions`: the classes' "verl" declarations, plus `single_row_advantages`), with which `credo_grpo` and `credo_dr_grpo`
 compute what verl's `grpo` estimator and `vanilla` loss compute."""
 
 _registered: dict[str, tuple] = {}
@@ -104,13 +115,14 @@ def _core_algos():
 
 
 def register(*, conventions: str = "credo", agent_loops: bool = True) -> list[str]:
-    """Register every method of `VERL_NAMES` with verl (and, with `agent_loops`, the agent loops of the
-    reset and revision methods); idempotent. Returns the registered names: those of `VERL_NAMES`, with
+    """Register every method of `verl_names()` with verl (and, with `agent_loops`, the agent loops of the
+    reset and revision methods); idempotent. Returns the registered names: those of `verl_names()`, with
     `conventions="verl"` each followed by `_verl` (`credo_grpo_verl`, ...), so that both sets can live side
     by side (credo's plugin registers the plain names in every verl process)."""
     suffix = "" if conventions == "credo" else f"_{conventions}"
-    names = [verl_name + suffix for verl_name in VERL_NAMES]
-    for name, method in zip(names, VERL_NAMES.values()):
+    supported = verl_names()
+    names = [verl_name + suffix for verl_name in supported]
+    for name, method in zip(names, supported.values()):
         register_method(name, method, conventions=conventions, agent_loop=agent_loops)
     return names
 
@@ -130,7 +142,7 @@ def register_method(
     `conventions="verl"` applies verl's conventions first (`CONVENTIONS`), then the overrides. Registering the
     same name again with the same method, conventions and overrides does nothing; with different ones it is a
     `ValueError` (verl's registries hold one function per name). For example, in a module named by
-    `VERL_USE_EXTERNAL_MODULES`: `register_method("credo_p_trace_90", "p_trace", loss={"lam": 0.9})`.
+    `VERL_USE_EXTERNAL_MODULES`: `register_method("credo_p_trace_90", "p_trace", loss={"decay": 0.9})`.
     """
     key = (method, conventions, _frozen(estimator), _frozen(loss), agent_loop)
     estimator, loss = method_switches(method, conventions=conventions, estimator=estimator, loss=loss)
@@ -147,7 +159,7 @@ def register_method(
         raise ValueError(f"verl already has an advantage estimator {verl_name!r} that is not credo's")
     core.ADV_ESTIMATOR_REGISTRY[verl_name] = advantage_fn(chosen, verl_single_rows=conventions == "verl")
     core.POLICY_LOSS_REGISTRY[verl_name] = policy_loss_fn(chosen)
-    if agent_loop and chosen.sampler in AGENT_LOOPS:
+    if agent_loop and chosen.sampler.name in AGENT_LOOPS:
         register_agent_loop(verl_name, method, estimator=estimator, loss=loss)
     _registered[verl_name] = key
     return chosen
@@ -163,15 +175,12 @@ def method_switches(method: str, *, conventions: str = "credo", estimator: Mappi
 
 
 def check_supported(method: Method) -> None:
-    """`ValueError` unless verl's estimator and loss signatures can carry `method` (see `UNSUPPORTED`)."""
-    if method.name in UNSUPPORTED:
-        raise ValueError(f"credo method {method.name!r} has no verl adapter: {UNSUPPORTED[method.name]}")
-    if method.sampler == "groups" and type(method.estimator) is not GroupAdvantage:
-        raise ValueError(f"credo method {method.name!r}: verl's advantage estimator receives rewards, masks and "
-                         f"uids only, which {type(method.estimator).__name__} cannot work from")
-    if method.loss.kl_beta > 0:
-        raise ValueError(f"credo method {method.name!r}: kl_beta > 0 needs reference log-probs, which verl's "
-                         "policy loss does not receive; use verl's own actor.use_kl_loss / kl_loss_coef instead")
+    """`ValueError` unless verl's estimator and loss signatures can carry `method` (see `refusal`)."""
+    why = refusal(method)
+    if why is not None:
+        hint = ("; use verl's own actor.use_kl_loss / kl_loss_coef for a KL penalty" if "ref_logp" in method.needs
+                else "")
+        raise ValueError(f"credo method {method.name!r} has no verl adapter: {why}{hint}")
 
 
 def register_agent_loop(
@@ -183,12 +192,12 @@ def register_agent_loop(
     The entry is what verl's `agent_loop_config_path` YAML would hold: the class path plus constructor
     keyword arguments (`method`, the switch overrides, and `options` such as `resets={...}`)."""
     chosen = get_method(method, estimator=estimator, loss=loss)
-    if chosen.sampler not in AGENT_LOOPS:
+    if chosen.sampler.name not in AGENT_LOOPS:
         raise ValueError(f"credo method {method!r} samples i.i.d. groups: use verl's own single_turn_agent")
     require("verl", "verl", "the verl integration")
     from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
 
-    entry = {"_target_": f"credo.integrations.verl_agent.{AGENT_LOOPS[chosen.sampler]}", "method": method}
+    entry = {"_target_": f"credo.integrations.verl_agent.{AGENT_LOOPS[chosen.sampler.name]}", "method": method}
     entry.update({k: dict(v) for k, v in (("estimator", estimator), ("loss", loss)) if v})
     entry.update(options)
     _agent_loop_registry[verl_name] = entry
@@ -272,7 +281,7 @@ def advantage_fn(method: Method, *, verl_single_rows: bool = False) -> Callable[
     loop already ran credo's estimator on the whole group, and each row's score *is* its advantage, spread
     over `response_mask` (the row's trained tokens); scores that do not add up to 0 over a prompt's rows are
     a `ValueError` (rewards from another agent loop, read as advantages, would train silently wrong)."""
-    precredited = method.sampler in AGENT_LOOPS
+    precredited = method.sampler.name in AGENT_LOOPS
 
     def compute(token_level_rewards: Tensor, response_mask: Tensor, index: Sequence[Any] | None = None,
                 config: Any = None, **kwargs: Any) -> tuple[Tensor, Tensor]:
@@ -331,7 +340,7 @@ def _check_precredited(name: str, row_adv: Tensor, index: Sequence[Any]) -> None
 
 
 def _verl_name(method: str) -> str:
-    return next((verl for verl, credo in VERL_NAMES.items() if credo == method), f"credo_{method}")
+    return next((verl for verl, credo in verl_names().items() if credo == method), f"credo_{method}")
 
 
 def policy_loss_fn(method: Method) -> Callable[..., tuple[Tensor, dict[str, float]]]:

@@ -44,12 +44,11 @@ from typing import Any
 
 import torch
 
-from credo.batch import RolloutBatch
-from credo.config import ResetConfig, RevisionConfig, RolloutConfig
 from credo.extras import require
 from credo.methods import Method, get_method
 from credo.rollout.generate import Completions, encode_prompts
 from credo.rollout.groups import Rollout
+from credo.rollout.options import ResetConfig, RevisionConfig, RolloutConfig
 from credo.rollout.reset_plan import SPLITS
 from credo.tasks import Problem, Verdict
 
@@ -207,23 +206,16 @@ def credited_rows(rollout: Rollout, method: Method) -> list[CreditedRow]:
     A `ValueError` if the method's credit is not one advantage per row over its loss mask (IBPO's edited-token
     credit with `norm="response"`): verl's estimator interface carries no more than that."""
     c = rollout.completions
-    B, T = c.response_ids.shape
-    batch = RolloutBatch(
-        response_ids=c.response_ids, response_mask=c.response_mask, group_id=rollout.group_id,
-        rewards=rollout.rewards, old_logp=torch.zeros(B, T),
-        correct=torch.tensor([v.correct for v in rollout.verdicts]),
-        prefix_len=rollout.prefix_len, segment_ids=rollout.segment_ids,
-        revision_success=rollout.revision_success, edit_mask=rollout.edit_mask,
-    )
-    credited, _ = method.credit(batch)
+    B = c.response_ids.shape[0]
+    credited, _ = method.credit(rollout.batch())
     mask, adv = credited.loss_mask, credited.advantages
     first = mask.float().argmax(dim=1, keepdim=True)  # (B, 1): the first trained token
     row_adv = adv.gather(1, first).squeeze(1) * mask.any(dim=1)  # (B,)
     if not torch.equal(adv, row_adv.unsqueeze(1) * mask):
         raise ValueError(f"credo method {method.name!r}: its credit is not one advantage per row over the loss mask, "
                          "which is all verl's advantage estimator can carry")
-    prefix = rollout.prefix_len if rollout.prefix_len is not None else torch.zeros(B, dtype=torch.long)
-    success = rollout.revision_success if rollout.revision_success is not None else torch.zeros(B)
+    prefix = rollout.records.get("prefix_len", torch.zeros(B, dtype=torch.long))
+    success = rollout.records.get("revision_success", torch.zeros(B))
     rows = []
     for b in range(B):
         n = int(c.response_mask[b].sum())
@@ -272,9 +264,9 @@ class CredoAgentLoop(SingleTurnAgentLoop):
         options = {name: _plain(value) for name, value in self._options(kwargs).items()}
         super().__init__(*args, **kwargs)
         self.method = get_method(method, estimator=_plain(estimator), loss=_plain(loss))
-        if self.method.sampler != self.sampler:
+        if self.method.sampler.name != self.sampler:
             raise ValueError(f"{type(self).__name__} runs the {self.sampler} sampler; credo method {method!r} "
-                             f"uses {self.method.sampler}")
+                             f"uses {self.method.sampler.name}")
         self.reward_errors, self.correct_at = reward_errors, correct_at
         self.configure(options)
 
@@ -336,7 +328,7 @@ class CredoAgentLoop(SingleTurnAgentLoop):
 
     def build_rows(self, backend: VerlBackend, task: Any, problem: Problem, config: RolloutConfig) -> list[CreditedRow]:
         """credo's sampler and credit estimator for one prompt (runs in a worker thread)."""
-        raise NotImplementedError
+        return credited_rows(self.method.sampler.sample(backend, task, _OneProblem(problem), config), self.method)
 
     def output(self, row: CreditedRow):
         info = {"credo_reward": row.reward, "credo_correct": float(row.correct), "credo_prefix_len": row.prefix_len,
@@ -362,12 +354,13 @@ class ResetAgentLoop(CredoAgentLoop):
         resets = ResetConfig(**(options["resets"] or {}))
         budget = min(resets.thoughts.budget_tokens, int(self.rollout_config.response_length))
         self.resets = resets.model_copy(update={"thoughts": resets.thoughts.model_copy(update={"budget_tokens": budget})})
-        self.localiser = self.resets.localiser or self.method.localiser
-        if self.localiser == "oracle":
-            raise ValueError("the oracle localiser needs a task with a step checker; verl's reward functions have none")
+        options = RolloutConfig(resets=self.resets)
+        try:
+            self.method.sampler.check(options, checks_steps=False)
+        except ValueError as error:
+            raise ValueError(f"{error}; verl's reward functions have none") from None
+        self.method = self.method.for_run(options)  # the `nomask` split, as credo's trainer sets it
         split = SPLITS[self.resets.split]
-        if split.train_prefix:  # the `nomask` split, as credo's trainer sets it
-            self.method = self.method.with_overrides(estimator={"train_prefix": True})
         if self.group_size != split.rows:
             raise ValueError(f"split {self.resets.split} trains {split.rows} rows per prompt: "
                              f"set actor_rollout_ref.rollout.n={split.rows} (it is {self.group_size})")
@@ -375,10 +368,6 @@ class ResetAgentLoop(CredoAgentLoop):
     def sampler_config(self) -> dict[str, Any]:
         return {"resets": self.resets}
 
-    def build_rows(self, backend, task, problem, config):
-        from credo.rollout.resets import sample_resets
-
-        return credited_rows(sample_resets(backend, task, _OneProblem(problem), config, self.localiser), self.method)
 
 
 class RevisionAgentLoop(CredoAgentLoop):
@@ -404,8 +393,3 @@ class RevisionAgentLoop(CredoAgentLoop):
 
     def sampler_config(self) -> dict[str, Any]:
         return {"revisions": self.revisions}
-
-    def build_rows(self, backend, task, problem, config):
-        from credo.rollout.revisions import sample_revisions
-
-        return credited_rows(sample_revisions(backend, task, _OneProblem(problem), config), self.method)

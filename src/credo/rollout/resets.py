@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from credo.config import ResetConfig
-from credo.evaluate import pass_at_k
+from credo.passk import pass_at_k
 from credo.rollout.generate import Completions, encode_prompts
 from credo.rollout.groups import ProblemStream, Rollout
 from credo.rollout.localise import localisation_prompt, parse_step
+from credo.rollout.options import ResetConfig
 from credo.rollout.reset_plan import SPLITS, draws_needed, plan
 from credo.rollout.thoughts import Episode, ThoughtRules, episode, token_pieces
 from credo.tasks import Problem, Task, Verdict, sandbox_failures, verify_all
@@ -180,8 +180,7 @@ def assemble(groups: list[list[Row]], pad: int, tokens: int) -> Rollout:
         rewards=torch.tensor([r.verdict.reward for r in rows], dtype=torch.float32),
         group_id=torch.arange(len(groups)).repeat_interleave(torch.tensor([len(g) for g in groups])),
         generated_tokens=tokens,
-        prefix_len=torch.tensor([r.prefix_len for r in rows], dtype=torch.long),
-        segment_ids=segments,
+        records={"prefix_len": torch.tensor([r.prefix_len for r in rows], dtype=torch.long), "segment_ids": segments},
     )
 
 

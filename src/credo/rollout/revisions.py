@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 import torch
 
-from credo.config import RevisionConfig, RolloutConfig
 from credo.credit.revisions import closest_revision, edit_mask
 from credo.rollout.generate import Completions, encode_prompts
 from credo.rollout.groups import ProblemStream, Rollout, sample_groups
+from credo.rollout.options import RevisionConfig, RolloutConfig
 from credo.rollout.revise import choose_references, revision_prompt
 from credo.tasks import Task, verify_all
 
@@ -59,7 +59,7 @@ def sample_revisions(backend, task: Task, stream: ProblemStream, config: Rollout
         if repaired:
             ids = c.response_ids[row][c.response_mask[row]].tolist()
             mask[row, : len(ids)] = edit_mask(ids, repaired[closest_revision(ids, repaired)])
-    rollout.revision_success, rollout.edit_mask = success, mask
+    rollout.records.update(revision_success=success, edit_mask=mask)
     cost = sum(len(r.ids) for r in revisions)
     rollout.metrics.update(revision_metrics(revisions, success, correct, cost, rollout.generated_tokens))
     rollout.metrics["rollout/reward_errors"] = rollout.metrics.get("rollout/reward_errors", 0) + errors

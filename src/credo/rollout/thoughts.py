@@ -22,7 +22,7 @@ from credo.tasks.base import THOUGHT_END
 
 
 class ThoughtRules(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     delimiter: str = THOUGHT_END
     """Text that closes a thought (kept in the thought)."""
@@ -31,6 +31,7 @@ class ThoughtRules(BaseModel):
     cap_tokens: int = Field(256, ge=1)
     """A thought without a delimiter ends after this many tokens."""
     max_thoughts: int = Field(20, ge=1)
+    """An episode ends after this many thoughts."""
     budget_tokens: int = Field(5120, ge=1)
     """Response budget: a thought that would cross it is dropped with everything after it."""
 

@@ -18,9 +18,9 @@ from collections.abc import Iterator
 
 import torch
 
-from credo.config import VllmConfig
 from credo.extras import require
 from credo.rollout.generate import Completions, cut_response
+from credo.rollout.options import VllmConfig
 
 
 class VllmBackend:

@@ -62,7 +62,7 @@ MISCONCEPTIONS: dict[str, Misconception] = {
 class Noise(BaseModel):
     """How the SFT traces err (the starting policy's errors)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     misconceptions: dict[str, int] = Field(default_factory=lambda: {"carry": -10, "mul7": 10})
     """Active misconceptions and their value offsets (name -> offset mod 100); names: carry, borrow, mul7."""
@@ -71,7 +71,9 @@ class Noise(BaseModel):
     p_slip: float = Field(0.03, ge=0.0, le=1.0)
     """Probability that any other step slips to a uniformly random wrong value."""
     offsets_may_cancel: bool = True
-    """False: reject offsets of which a sum of 2 or more (repeats allowed, at most one per step of the longest
+    """Whether misconceptions' offsets may undo each other (False: offsets that can are a config error).
+
+    False rejects offsets of which a sum of 2 or more (repeats allowed, at most one per step of the longest
     chain) is 0 mod 100, so that misconceptions cannot undo each other (carry -10 and borrow +10 can). A single
     error can still vanish through later multiplications (an error of 50 times 2), so some lucky successes remain."""
 
@@ -180,9 +182,10 @@ _ANSWER = re.compile(r"\\boxed\{(\d+)\}")
 class ArithConfig(BaseModel):
     """Options of the `arith` testbed task."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     name: str = "arith"
+    """The task's name in `task.name`: "arith"."""
     min_steps: int = Field(2, ge=1, le=12)
     """Fewest operations in a training chain."""
     max_steps: int = Field(6, ge=1, le=12)

@@ -33,19 +33,23 @@ _FIELDS = (("prompt", str, "a string"), ("answer", (str, int, float), "a string 
 
 
 class JsonlConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     name: str = "jsonl"
+    """The task's name in `task.name`: "jsonl"."""
     path: str
     """Training problems, one JSON object per line with "prompt" and "answer" (and optional "difficulty")."""
     eval_path: str | None = None
     """Held-out problems; None: hold out `eval_fraction` of `path` (a seeded split)."""
     eval_fraction: float = Field(0.1, gt=0.0, lt=1.0)
+    """Share of `path` held out for eval when `eval_path` is None (at least one problem; a fixed shuffle)."""
     match: Literal["auto", "boxed", "last_number", "math"] = "auto"
     """How a response's answer is found and compared (see the module docstring); "math": math-verify."""
     instruction: str | None = None
-    """Appended to every prompt (after a blank line), e.g. `credo.tasks.THOUGHT_INSTRUCTION` for the thought
-    MDP of RRPO/SRPO: one step per thought, each closed by `</thought>`, the final answer boxed."""
+    """Text appended to every prompt after a blank line (None or "": the prompt alone).
+
+    E.g. `credo.tasks.THOUGHT_INSTRUCTION` for the thought MDP of RRPO/SRPO: one step per thought, each closed
+    by `</thought>`, the final answer boxed."""
 
     @model_validator(mode="after")
     def _math_verify_installed(self) -> JsonlConfig:

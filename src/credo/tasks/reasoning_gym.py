@@ -110,7 +110,7 @@ def _describe(error: Exception) -> str:
 
 
 class ReasoningGymConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     name: str
     """"reasoning_gym:<dataset>", e.g. "reasoning_gym:chain_sum"."""
@@ -129,8 +129,10 @@ class ReasoningGymConfig(BaseModel):
     instruction: str | None = DEFAULT_INSTRUCTION
     """Appended to every question after a blank line (None or "": the question alone)."""
     answer_fallback: Literal["none", "last_number"] = "none"
-    """Where a response has no `<answer>` tag or `\\boxed{}`: no answer (reasoning-gym's rule), or its last
-    number (for small models that do not follow the answer format, e.g. SmolLM2-135M)."""
+    """A response without an `<answer>` tag or `\\boxed{}`: "none" has no answer, "last_number" its last number.
+
+    "none" is reasoning-gym's rule; "last_number" suits small models that do not follow the answer format, e.g.
+    SmolLM2-135M."""
     bucket_by: list[str] = Field(default_factory=list)
     """Keys of the entries' `metadata["difficulty"]` forming the eval buckets ("num_terms=3"); empty: "all"."""
     score_timeout_s: float = Field(10.0, gt=0.0, le=600.0)

@@ -24,10 +24,16 @@ on-policy mini-batch the `trace` gradient is GRPO's times `c_k = 1 + (n-1-k) w_k
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
-from credo.credit.scan import shift_right
+from credo.batch import RolloutBatch
+from credo.checks import check_choice, check_range
+from credo.losses.base import Importance, masked_mean, masked_quantile
+from credo.losses.clipped import ClippedSurrogate
+from credo.scan import shift_right
 
 STYLES = ("recent", "early", "both")
 APPLICATIONS = ("trace", "weight")
@@ -78,3 +84,60 @@ def positional_weights(
 def accumulate_trace(x: Tensor, weights: Tensor) -> Tensor:
     """`x_t + sum_{k<t} w_k x_k` along the last axis (exclusive prefix sum, gradients through all x)."""
     return x + shift_right(torch.cumsum(weights * x, dim=-1))
+
+
+@dataclass(frozen=True, kw_only=True)
+class LambdaLoss(ClippedSurrogate):
+    """GRPO-lambda (arXiv 2510.00194): eligibility traces over token log-probs, with the positional weights
+    and the trace of this module (see its docstring). The trace runs over the trained tokens (`loss_mask`), so
+    no gradient reaches a token outside it.
+
+    - `apply="trace"`: `log rho_t = d_t + sum_{k<t} w_k d_k` (`d = logp - old_logp`), clipped.
+    - `apply="weight"`: GRPO's clipped loss times `e_t = u_t + sum_{k<t} w_k u_k`,
+      `u_k = 1 + sigmoid(logp_k - 1)`, detached unless `detach_weight=False`.
+    """
+
+    lam: float = 0.99
+    gamma: float = 1.0
+    lam_length: int | None = None
+    """None: one decay `gamma * lam` for every row. L: the decay is rescaled to each row's length,
+    `(gamma * lam) ** (L / n)`, so that `lam` is the decay over L tokens (see `row_decay`)."""
+    style: str = "both"
+    """Positional weights: "recent" d^(n-1-k) | "early" d^k | "both" max(d^(n-k), d^k); d = gamma*lam."""
+    apply: str = "trace"
+    """"trace": traced log-prob ratio | "weight": per-token weight on GRPO's loss."""
+    weight_floor: float = 1e-7
+    detach_weight: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_range("LambdaLoss", "lam", self.lam, 0.0, 1.0)
+        check_range("LambdaLoss", "gamma", self.gamma, 0.0, 1.0)
+        check_choice("LambdaLoss", "style", self.style, STYLES)
+        check_choice("LambdaLoss", "apply", self.apply, APPLICATIONS)
+        check_range("LambdaLoss", "weight_floor", self.weight_floor, 0.0)
+        if self.lam_length is not None:
+            check_range("LambdaLoss", "lam_length", self.lam_length, 1)
+
+    def importance(self, logp: Tensor, batch: RolloutBatch) -> Importance:
+        mask = batch.loss_mask
+        weights = positional_weights(
+            batch.lengths, batch.width, decay=self.gamma * self.lam, style=self.style,
+            floor=self.weight_floor, per_length=self.lam_length, dtype=logp.dtype,
+        ) * mask  # (B, T)
+        d = torch.where(mask, logp - batch.old_logp, 0.0)
+        if self.apply == "trace":
+            log_rho = accumulate_trace(d, weights)
+            trace_weight = torch.exp(log_rho.detach() - d.detach())
+            token_weight = None
+        else:
+            u = torch.where(mask, 1.0 + torch.sigmoid(logp - 1.0), 0.0)
+            token_weight = accumulate_trace(u, weights)
+            if self.detach_weight:
+                token_weight = token_weight.detach()
+            log_rho, trace_weight = d, token_weight.detach()
+        metrics = {
+            "trace/weight_mean": masked_mean(trace_weight, mask),
+            "trace/weight_p99": masked_quantile(trace_weight, mask, 0.99),
+        }
+        return Importance(log_rho, weight=token_weight, metrics=metrics)

@@ -1,0 +1,125 @@
+"""The sampling options of a run (`rollout:` in a config): generation, the group sampler's DAPO options,
+and the sections the reset and revision samplers own (`rollout.resets`, `rollout.revisions`).
+
+They live with the samplers that read them, so the rollout layer needs nothing from `credo.config`, which
+only assembles the sections into a `RunConfig`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+from pydantic import Field, field_validator
+
+from credo.rollout.localise import LOCALISE_PROMPT, STEP_FORMAT
+from credo.rollout.revise import REVISE_PROMPT, check_rewrites, check_template
+from credo.rollout.thoughts import ThoughtRules
+from credo.schema import Section
+
+Localiser = Literal["random", "self", "oracle"]
+LOCALISERS: tuple[str, ...] = get_args(Localiser)
+"""The first-wrong-thought localisers of the reset sampler (`credo.rollout.resets`)."""
+
+
+class ResetConfig(Section):
+    """Options of the reset sampler of RRPO/SRPO (`rollout.resets`)."""
+
+    split: Literal["1x4", "2x4", "1x8", "nomask"] = "1x4"
+    """How a prompt's trained rows are made: "1x4", "2x4" or "1x8" (seeds x continuations), or "nomask".
+
+    "1x4": one failed seed with 4 continuations and a base group of 4 fresh rollouts (8 trained rows); "2x4":
+    two seeds with 4 continuations each, no base group; "1x8": one seed with 8 continuations; "nomask": "1x4"
+    whose suffix rows also train on their prefix (`credo.rollout.reset_plan`)."""
+    max_draws: int = Field(12, ge=1)
+    """Most fresh rollouts drawn per prompt to find its seeds; a prompt with too few failures becomes a plain group."""
+    localiser: Localiser | None = None
+    """Who finds a seed's first wrong thought: "random", "self" or "oracle"; None: the method's own.
+
+    The method's own is "random" for RRPO and "self" for SRPO; "oracle" needs a task with a step checker."""
+    localiser_temperature: float | None = Field(None, ge=0.0)
+    """Sampling temperature of the self-localiser; None: 0.3, and 0 (greedy) for the 1x8 split."""
+    localiser_max_tokens: int = Field(64, ge=1)
+    """Reply budget of the self-localiser (the paper: 4096 for real models)."""
+    localiser_prompt: str = LOCALISE_PROMPT
+    """The self-localiser's prompt, with `{problem}` and `{steps}` (the testbed: `TESTBED_PROMPT`)."""
+    localiser_step_format: str = STEP_FORMAT
+    """How each thought appears in `{steps}`, with `{i}` and `{thought}`."""
+    thoughts: ThoughtRules = ThoughtRules()
+    """The thought MDP: how a response is cut into thoughts and when its episode ends."""
+
+
+class RevisionConfig(Section):
+    """Options of IBPO's revision sampler (`rollout.revisions`)."""
+
+    k: int = Field(4, ge=2)
+    """IBPO's K: each failed response gets K-1 revisions, one per sibling reference (correct ones first)."""
+    prompt: str = REVISE_PROMPT
+    """The revision prompt, with `{problem}`, `{attempt}` and `{reference}` (the testbed: `TESTBED_REVISE_PROMPT`)."""
+    max_new_tokens: int | None = Field(None, ge=1)
+    """Length budget of a revision (None: `rollout.max_new_tokens`); a truncated revision counts as failed."""
+    temperature: float | None = Field(None, ge=0.0)
+    """Sampling temperature of the revisions (None: `rollout.temperature`; 0: greedy)."""
+    rewrite: list[tuple[str, str]] = Field(default_factory=list)
+    """Regex `[pattern, replacement]` pairs applied to attempts and references before they enter the prompt.
+
+    The testbed's is `TESTBED_REVISE_REWRITE`, which shows an attempt by its written values only."""
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompt(cls, template: str) -> str:
+        return check_template(template)
+
+    @field_validator("rewrite")
+    @classmethod
+    def _rewrite(cls, rewrites: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        return check_rewrites(rewrites)
+
+
+class VllmConfig(Section):
+    """Options of the vLLM generation backend (`rollout.backend: vllm`; CUDA only, `pip install 'credo[vllm]'`).
+
+    vLLM runs in the trainer's process on the same GPU (TRL's "colocate" mode) and receives the policy's
+    weights after every optimiser step.
+    """
+
+    gpu_memory_utilization: float = Field(0.3, gt=0.0, le=1.0)
+    """Share of the GPU's memory vLLM may take for its weights and KV cache (the trainer needs the rest)."""
+    max_model_len: int | None = Field(None, ge=1)
+    """Longest prompt + response (None: the model's own limit)."""
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "bfloat16"
+    """Dtype of vLLM's copy of the weights ("auto": vLLM picks it from the model's own dtype)."""
+    enable_sleep_mode: bool = False
+    """Free vLLM's memory during the update (its weights and KV cache are offloaded and restored)."""
+
+
+class RolloutConfig(Section):
+    backend: Literal["transformers", "vllm"] = "transformers"
+    """Generation engine: transformers' `generate` (everywhere) or vLLM (CUDA only, optional extra)."""
+    vllm: VllmConfig = VllmConfig()
+    """Options of the vLLM backend (read only when `backend` is "vllm")."""
+    prompts_per_step: int = Field(16, ge=1)
+    """Prompts per rollout batch (groups per optimiser step)."""
+    group_size: int = Field(8, ge=2)
+    """Responses sampled per prompt."""
+    max_new_tokens: int = Field(48, ge=1)
+    """Most tokens generated per response, in training and evaluation; a longer response is cut (truncated)."""
+    temperature: float = Field(1.0, gt=0.0)
+    """Sampling temperature of the rollouts; the update's log-probs use the same (logits / temperature)."""
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    """Nucleus sampling: draw from the smallest set of tokens whose probability reaches top_p (1.0: off)."""
+    stop: list[str] = Field(default_factory=list)
+    """Extra stop strings (the tokenizer's end-of-sequence token always stops)."""
+    generation_batch_size: int = Field(256, ge=1)
+    """Rows generated together (memory bound)."""
+    dynamic_sampling: bool = False
+    """DAPO: drop groups whose rewards are all equal and refill with new prompts."""
+    max_refills: int = Field(3, ge=0)
+    """Extra sampling rounds dynamic sampling may spend to fill the batch."""
+    overlong_buffer: int | None = Field(None, ge=1)
+    """DAPO's soft overlong penalty: the last `overlong_buffer` tokens before max_new_tokens cost up to -1."""
+    reward_errors: Literal["raise", "zero"] = "raise"
+    """A verifier that raises: stop the step showing the prompt ("raise"), or reward 0 with a warning."""
+    resets: ResetConfig = ResetConfig()
+    """The reset sampler (methods rrpo, srpo)."""
+    revisions: RevisionConfig = RevisionConfig()
+    """The revision sampler (method ibpo)."""
