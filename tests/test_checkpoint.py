@@ -323,7 +323,7 @@ trainer_module.train(load_config(None, settings), run_dir, show_progress=False)
 def test_a_sigkill_at_each_kill_point_resumes_to_the_uninterrupted_run(tmp_path, point):
     # The soak of the resume guarantee: a SIGKILL at a deterministic point of a run (the process kills itself
     # inside the named call), then `train(resume=True)`: the same steps, rewards and evaluations, and a model.
-    # (Killing `credo compare` is tested in test_study_grid.py.)
+    # (Killing `credo compare` is tested in study/test_grid.py.)
     settings = TINY + ["train.steps=3"]
     straight = train(load_config(None, settings), tmp_path / "straight", show_progress=False)
     killed = tmp_path / "killed"

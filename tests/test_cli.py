@@ -72,7 +72,7 @@ def test_bad_config_is_a_clear_cli_error(tmp_path):
 
 
 def test_compare_runs_the_grid_and_report_rewrites_it(tmp_path):
-    from test_study_grid import write_study
+    from study.test_grid import write_study
 
     study = write_study(tmp_path, seeds=[0])
     result = CliRunner().invoke(app, ["compare", str(study), "--html"], env={"COLUMNS": "200"})

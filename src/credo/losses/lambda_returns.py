@@ -18,7 +18,7 @@ O(B*T)). Applications:
   `exp(z_t - z_old_t)` (gradient through every earlier token), clipped like GRPO.
 - `weight`: a per-token weight `e_t = u_t + sum_{k<t} w_k u_k`, `u_k = 1 + sigmoid(logp_k - 1)`,
   multiplies GRPO's clipped loss (detached by default).
-Identities (tests/test_grpo_lambda.py): `lam = 0` with `recent` is GRPO up to the floor; on the first
+Identities (tests/losses/test_grpo_lambda.py): `lam = 0` with `recent` is GRPO up to the floor; on the first
 on-policy mini-batch the `trace` gradient is GRPO's times `c_k = 1 + (n-1-k) w_k` per token.
 """
 

@@ -20,7 +20,7 @@ tokens only, an average of fewer terms, which raises the variance.
 
 The history term `h_t = Z_t - d_t` enters the loss without gradient; `TraceLoss` (below) bounds it and
 clips the token's own ratio as well as the combined one (a partial trust region). Identities this reading
-keeps (docs/methods.md sec. 3; tests/test_traces.py): `decay = 0` gives GRPO's per-token ratio; with all ratios
+keeps (docs/methods.md sec. 3; tests/losses/test_traces.py): `decay = 0` gives GRPO's per-token ratio; with all ratios
 1 (first on-policy mini-batch) it is GRPO; a uniform, non-causal, normalised kernel over all response
 tokens, `Z_t = mean_k d_k`, clipped as one ratio, is GSPO's token form. (The exponent `t-1-k` with no
 current-token term breaks both the `decay = 0` and the GSPO identity, so the current token enters as the

@@ -584,7 +584,7 @@ def test_revision_agent_loop_gives_ibpos_shaped_advantages_and_edit_masks(edit):
 
 # --------------------------------------------------------------------------------------------------
 # The example launch: its overrides compose with verl's own config, its agent loops build like verl builds them
-EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "examples", "verl")
+EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "verl")
 
 
 def example_overrides():

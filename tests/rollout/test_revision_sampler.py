@@ -192,7 +192,7 @@ def test_mask_marks_the_substituted_digits_of_the_closest_successful_revision():
 def test_mask_from_insertions_and_deletions(edit):
     # A failure that stopped a step early and boxed the value before it (the revision inserts the step), or
     # that wrote one step too many (the revision deletes it): the mask is the alignment's (its cases are
-    # tested against a loop reference in test_revisions.py), a deletion marks at least the six extra tokens,
+    # tested against a loop reference in credit/test_revisions.py), a deletion marks at least the six extra tokens,
     # and the shared first step is never blamed.
     def failure(chain):
         steps = solution(chain).split("</thought>")[:-1]

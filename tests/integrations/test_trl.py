@@ -19,7 +19,7 @@ from credo.config import load_config
 from credo.extras import MissingExtra
 from credo.methods import get_method
 
-EXAMPLE = Path(__file__).parents[1] / "examples" / "trl_s_trace.yaml"
+EXAMPLE = Path(__file__).parents[2] / "examples" / "trl_s_trace.yaml"
 PROMPTS = ["2+3", "4+1"]  # the same length: no left padding
 G = 4  # num_generations
 EOS = 4  # the testbed's <|end|>

@@ -13,7 +13,7 @@ from credo.config import ConfigError, dump
 from credo.study import grid
 from credo.study.grid import cell_status, load_study, run_study
 
-CONFIGS = Path(__file__).parents[1] / "configs" / "testbed"
+CONFIGS = Path(__file__).parents[2] / "configs" / "testbed"
 TINY_SET = {
     "model": {"testbed": {"steps": 2, "batch_size": 8,
                           "model": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64}}},
