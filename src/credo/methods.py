@@ -21,6 +21,7 @@ from typing import Any
 from credo.batch import FIELD_SOURCES, RolloutBatch
 from credo.credit import EntropySelection, GroupAdvantage, OracleBlameAdvantage, ResetAdvantage, RevisionAdvantage
 from credo.credit.base import CreditEstimator, Metrics
+from credo.credit.entropy_weights import EntropyWeightedAdvantage
 from credo.losses import LambdaLoss, LossOutput, PolicyLoss, PPOClipLoss, ReinforceLoss, TraceLoss
 from credo.registry import Registry
 from credo.rollout.options import RolloutConfig
@@ -253,4 +254,9 @@ _add(Method(
     "ibpo_clip", "revision", "2605.16302",
     "IBPO's switch: the same shaped rewards and edited-token masks with GRPO's PPO-clip loss instead of GSPO",
     RevisionSampler(), RevisionAdvantage(), PPOClipLoss(),
+))
+_add(Method(
+    "gtpo", "token", "2508.04349",
+    "GTPO-style: each token's advantage is weighted by its entropy relative to its response's mean (mean weight 1)",
+    GroupSampler(), EntropyWeightedAdvantage(), PPOClipLoss(),
 ))
