@@ -378,3 +378,12 @@ def test_resume_refuses_what_shaped_the_trained_steps_naming_each_key(tmp_path):
     assert "optim.lr (2e-05 -> 0.0005: the checkpoint's optimiser and schedule state were built with it)" in message
     assert "train.seed (0 -> 1: the data order and random state follow the seed)" in message
     assert "train.steps (" not in message and "may change only train.steps, train.eval_every" in message
+
+
+def test_an_override_fills_a_section_that_a_dumped_config_left_null(tmp_path):
+    # config.yaml of a run without LoRA holds `lora: null`; `--set model.lora.r=4` turns LoRA on there too.
+    recorded = tmp_path / "config.yaml"
+    recorded.write_text(dump(RunConfig()))
+    assert "lora: null" in recorded.read_text()
+    config = load_config(recorded, ["model.lora.r=4"])
+    assert config.model.lora is not None and config.model.lora.r == 4

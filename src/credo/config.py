@@ -219,7 +219,9 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         path, value = parse_override(text)
         node = data
         for part in path[:-1]:
-            child = node.setdefault(part, {})
+            if node.get(part) is None:  # an unset section (`lora: null` in a dumped config) starts empty
+                node[part] = {}
+            child = node[part]
             if not isinstance(child, dict):
                 raise ConfigError(f"override {text!r}: {part!r} is not a section")
             node = child

@@ -140,7 +140,7 @@ def _override(obj: Any, changes: Mapping[str, Any], where: str) -> Any:
 
 
 def attribute_docs(cls: type) -> dict[str, str]:
-    """The first line of each attribute docstring of a dataclass and its bases (the string under a field)."""
+    """Each field's attribute docstring (the string under it), whitespace collapsed, from a class and its bases."""
     docs: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
         try:
@@ -158,7 +158,7 @@ def attribute_docs(cls: type) -> dict[str, str]:
 
 def summary(method: Method) -> dict[str, str]:
     """One row of the method table (`credo methods`): what it is, what it needs, every switch with its value."""
-    needs = ", ".join(f"{f} ({FIELD_SOURCES[f]})" for f in sorted(method.needs)) or "-"
+    needs = ", ".join(method.missing(frozenset())) or "-"
     switches = {part: ", ".join(f"{k}={v!r}" for k, v in values.items())
                 for part, values in method.switches().items()}
     return {

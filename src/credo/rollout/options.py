@@ -120,6 +120,6 @@ class RolloutConfig(Section):
     reward_errors: Literal["raise", "zero"] = "raise"
     """A verifier that raises: stop the step showing the prompt ("raise"), or reward 0 with a warning."""
     resets: ResetConfig = ResetConfig()
-    """The reset sampler (methods rrpo, srpo)."""
+    """Options of the reset sampler (`credo.rollout.samplers.ResetSampler`: RRPO, SRPO)."""
     revisions: RevisionConfig = RevisionConfig()
-    """The revision sampler (method ibpo)."""
+    """Options of the revision sampler (`credo.rollout.samplers.RevisionSampler`: IBPO)."""
