@@ -6,7 +6,13 @@ solution traces from the noise model of `credo.tasks.arith` (systematic misconce
 slips), so that the starting policy solves short chains often and long chains rarely, and its errors sit at
 steps RL can fix. The result is a standard Hugging Face model directory (`from_pretrained` loads it),
 cached under `$CREDO_CACHE/testbed/<hash of the config>` and written atomically; building is
-deterministic for a given config.
+deterministic for a given config and machine.
+
+Shipped models. The models of the default config and of the hard regime ship with the package
+(`credo/testbed_models/<hash>/`, listed with each file's SHA-256 in `manifest.json`): `build_testbed` copies a
+shipped model into the cache after checking every file's hash, so a first run trains at once and every
+machine starts from the same weights (an SFT on another CPU lands on other weights: float kernels differ).
+`build_testbed(..., shipped=False)` (`credo testbed build`) trains from scratch.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import shutil
 import string
 import time
 from collections.abc import Callable
@@ -320,17 +327,48 @@ def chat_prompt(tokenizer, user_message: str) -> str:
     )
 
 
+SHIPPED = Path(__file__).parent / "testbed_models"
+"""The testbed models that ship with the package, one folder per config hash, and their `manifest.json`."""
+
+
 def testbed_dir(config: TestbedConfig) -> Path:
     return cache_root() / "testbed" / config.digest()
 
 
+def shipped_testbed(config: TestbedConfig) -> Path | None:
+    """The shipped model folder of `config`, if one ships and every file matches its SHA-256 in the manifest;
+    None if none ships. A file that fails its check is a `ValueError` naming it (a damaged install)."""
+    manifest = json.loads((SHIPPED / "manifest.json").read_text())
+    files = manifest.get(config.digest())
+    if files is None:
+        return None
+    folder = SHIPPED / config.digest()
+    for name, expected in files.items():
+        path = folder / name
+        actual = hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else "missing"
+        if actual != expected:
+            raise ValueError(f"shipped testbed model {path} fails its SHA-256 check ({actual[:12]}, expected "
+                             f"{expected[:12]}): reinstall credo, or build it with `credo testbed build`")
+    return folder
+
+
 def build_testbed(
-    config: TestbedConfig | None = None, *, force: bool = False, log: Callable[[str], None] = print
+    config: TestbedConfig | None = None, *, force: bool = False, shipped: bool = True,
+    log: Callable[[str], None] = print,
 ) -> Path:
-    """Train the testbed model (or find it in the cache) and return its model directory."""
+    """The testbed model's directory: the cached one; else the shipped one, verified and copied into the cache
+    (`shipped=True`); else trained by SFT. `force` ignores the cache (and with `shipped=False`, the shipped
+    model: a build from scratch)."""
     config = config or TestbedConfig()
     target = testbed_dir(config)
     if (target / "config.json").exists() and not force:
+        return target
+    source = shipped_testbed(config) if shipped else None
+    if source is not None:
+        with atomic_directory(target) as tmp:
+            for path in source.iterdir():
+                shutil.copyfile(path, tmp / path.name)
+        log(f"testbed model {config.digest()}: the shipped weights (SHA-256 verified) -> {target}")
         return target
     with torch.random.fork_rng(devices=[]):  # the caller's RNG stream is the same whether we build or not
         _train_testbed(config, target, log)
