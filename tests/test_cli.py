@@ -144,3 +144,87 @@ def test_a_corrupt_model_config_is_a_one_line_error(tmp_path):
     result = CliRunner().invoke(app, ["eval", str(model)])
     assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.startswith("error: ") and "config.json" in result.stderr and "Traceback" not in result.stderr
+
+
+# ------------------------------------------------------------------- bare overrides, credo config, --version
+CONFIG = str(__import__("pathlib").Path(__file__).resolve().parents[1] / "configs" / "testbed" / "grpo.yaml")
+
+
+def test_version_prints_the_package_version():
+    from importlib.metadata import version
+
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"credo {version('credo')}\n"
+
+
+def stop_before_training(monkeypatch) -> list:
+    """Replace the training run by one that records its config and stops with a one-line error."""
+    seen = []
+
+    def record(config, run_dir, *, resume=False, show_progress=True):
+        seen.append((config, resume))
+        raise ValueError("stopped before training")
+
+    monkeypatch.setattr("credo.train.train", record)
+    return seen
+
+
+def test_train_takes_bare_key_value_overrides_beside_set(tmp_path, monkeypatch):
+    from credo.config import dump, load_config
+
+    seen = stop_before_training(monkeypatch)
+    runner = CliRunner()
+    result = runner.invoke(app, ["train", CONFIG, "optim.lr=5e-5", "train.steps=10", "--set", "train.steps=7",
+                                 "--output", str(tmp_path / "run")])
+    assert result.exit_code == 2 and "stopped before training" in result.stderr, result.output
+    config, resume = seen[-1]
+    assert config.optim.lr == 5e-5 and config.train.steps == 10 and not resume  # bare ones after --set ones
+    assert dump(config) == dump(load_config(CONFIG, ["train.steps=7", "optim.lr=5e-5", "train.steps=10"]))
+    no_file = runner.invoke(app, ["train", "train.steps=4", "rollout.group_size=2", "-o", str(tmp_path / "run")])
+    assert no_file.exit_code == 2 and seen[-1][0] == load_config(None, ["train.steps=4", "rollout.group_size=2"])
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "config.yaml").write_text(dump(load_config(CONFIG)))
+    resumed = runner.invoke(app, ["train", "--resume", str(tmp_path / "old"), "train.steps=200"])
+    assert resumed.exit_code == 2 and seen[-1][0].train.steps == 200 and seen[-1][1]
+
+
+def test_a_bare_argument_that_is_not_key_value_is_a_one_line_error(tmp_path, monkeypatch):
+    seen = stop_before_training(monkeypatch)
+    for arguments, bad in ((["train", CONFIG, "optim.lr=5e-5", "other.yaml"], "other.yaml"),
+                           (["train", CONFIG, "=5"], "=5"),
+                           (["train", CONFIG, "optim..lr=1"], "optim..lr=1"),
+                           (["config", CONFIG, "steps"], "steps"),
+                           (["eval", str(tmp_path), "eval.samples=2", "junk"], "junk")):
+        result = CliRunner().invoke(app, arguments)
+        assert result.exit_code == 2, result.output
+        assert result.stderr.startswith(f"error: unexpected argument {bad!r}: ") and result.stderr.count("\n") == 1
+        assert "key.path=value" in result.stderr and "Traceback" not in result.stderr
+    assert seen == []  # refused before any run started
+    applied = CliRunner().invoke(app, ["eval", str(tmp_path), "eval.max_problems=0"])  # eval's reach the config
+    assert applied.exit_code == 2 and "eval.max_problems" in applied.stderr, applied.output
+
+
+def test_config_prints_the_resolved_config_a_run_would_record(tmp_path):
+    import yaml
+
+    from credo.config import dump, load_config, validate
+
+    runner = CliRunner()
+    result = runner.invoke(app, ["config", CONFIG, "optim.lr=5e-5", "--set", "train.steps=10"])
+    assert result.exit_code == 0, result.output
+    expected = load_config(CONFIG, ["train.steps=10", "optim.lr=5e-5"])
+    assert result.stdout == dump(expected)  # what train writes as config.yaml
+    assert validate(yaml.safe_load(result.stdout)) == expected
+    assert runner.invoke(app, ["config"]).stdout == dump(load_config(None))  # all defaults
+    assert runner.invoke(app, ["config", "train.steps=3"]).stdout == dump(load_config(None, ["train.steps=3"]))
+    (tmp_path / "config.yaml").write_text(result.stdout)  # a run directory: its recorded config
+    assert runner.invoke(app, ["config", str(tmp_path), "train.steps=11"]).stdout == dump(
+        load_config(CONFIG, ["train.steps=11", "optim.lr=5e-5"]))
+    for arguments, message in ((["config", CONFIG, "optim.lrr=1"], "optim.lrr: unknown key"),
+                               (["config", CONFIG, "optim.lr=2"], "optim.lr: Input should be less than 1"),
+                               (["config", str(tmp_path / "nope.yaml")], "does not exist"),
+                               (["config", CONFIG, "optim.lr=[1,"], "the value is not valid YAML")):
+        bad = runner.invoke(app, arguments)
+        assert bad.exit_code == 2 and bad.stdout == "", bad.output
+        assert bad.stderr.startswith("error: ") and message in bad.stderr and bad.stderr.count("\n") == 1, bad.stderr

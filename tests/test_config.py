@@ -110,6 +110,10 @@ def test_override_syntax_errors(tmp_path):
     assert "override 'optim.lr' must look like key.path=value" in config_error(["optim.lr"])
     path = write(tmp_path, "optim:\n  lr: 0.1\n")
     assert "override 'optim.lr.x=1': 'lr' is not a section" in config_error(["optim.lr.x=1"], path)
+    for empty_key in ("=1", "optim..lr=1", "optim.=1", " =1"):
+        assert f"override {empty_key!r} must look like key.path=value" in config_error([empty_key])
+    assert "override 'optim.lr=[1,': the value is not valid YAML" in config_error(["optim.lr=[1,"])
+    assert load_config(None, [" optim . lr = 0.01"]).optim.lr == 0.01  # spaces around the parts are dropped
 
 
 # ------------------------------------------------------------------------------------------ unknown keys
@@ -180,9 +184,9 @@ def test_unknown_method_and_switches():
 
 
 def test_unknown_task_and_task_options():
-    assert "  task: unknown task 'arithm'; valid names: arith, jsonl, reasoning_gym:<dataset>" in config_error(["task.name=arithm"])
+    assert "  task: unknown task 'arithm'; valid names: arith, jsonl, dataset, reasoning_gym:<dataset>" in config_error(["task.name=arithm"])
     message = config_error(["task.max_stepz=4"])
-    assert re.search(r"task: max_stepz: unknown key; allowed: name, min_steps, max_steps, .*noise", message), message
+    assert re.search(r"task: max_stepz: unknown key; allowed: reward, correct_at, name, min_steps, max_steps, .*noise", message), message
     assert "task: noise.p_misc: Input should be less than or equal to 1" in config_error(["task.noise.p_misc=2"])
     assert "task: min_steps = 5 exceeds max_steps = 3" in config_error(["task.min_steps=5", "task.max_steps=3"])
     assert "task: path: Field required" in config_error(["task.name=jsonl"])

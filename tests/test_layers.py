@@ -15,7 +15,7 @@ SRC = Path(__file__).parents[1] / "src" / "credo"
 
 LAYERS: list[set[str]] = [
     {"registry", "checks", "io", "extras", "schema", "scan", "passk", "schedules"},  # leaves
-    {"batch", "tasks", "logprobs", "microbatch", "gguf"},  # the container, tasks, tensor kernels
+    {"batch", "tasks", "logprobs", "microbatch", "gguf", "trackers"},  # the container, tasks, tensor kernels
     {"credit", "losses", "diagnostics"},  # credit estimators and policy losses (pure torch)
     {"rollout"},  # generation and the samplers, with their options
     {"methods"},  # the registry of methods: sampler + estimator + loss

@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from credo.cli import app
-from credo.config import ConfigError, load_config
+from credo.config import load_config
 from credo.credit import GroupAdvantage
 from credo.integrations import trl as trl_adapter
 from credo.integrations import verl as verl_adapter
@@ -82,6 +82,8 @@ def test_credo_methods_lists_every_method_and_every_switch_with_its_default():
     assert one.exit_code == 0 and "loss.decay" in one.output and "Trace decay lambda" in one.output
 
 
-def test_the_trainer_refuses_a_method_whose_needs_it_cannot_fill(tmp_path):
-    with pytest.raises(ConfigError, match=r"grpo needs ref_logp \(a frozen reference policy's log-probs\)"):
-        load_config(None, ["loss.kl_beta=0.1"])
+def test_the_trainer_fills_ref_logp_and_a_runner_without_it_is_told_what_it_lacks(tmp_path):
+    config = load_config(None, ["loss.kl_beta=0.1"])  # the trainer's reference policy fills ref_logp
+    method = get_method(config.method, loss=config.loss)
+    assert "ref_logp" in method.needs
+    assert method.missing({"correct", "entropy"}) == ["ref_logp (a frozen reference policy's log-probs)"]

@@ -198,7 +198,7 @@ def test_lora_trains_only_the_adapters(tmp_path, monkeypatch):
     from credo.rollout.groups import ProblemStream
     from credo.tasks import Verdict
     from credo.tasks.arith import ArithTask
-    from credo.train import build_trainer, behaviour_batch, sample_rollout, update
+    from credo.train import behaviour_batch, build_trainer, sample_rollout, update
 
     # The tiny model never answers right; reward odd-length responses so that the groups carry signal.
     monkeypatch.setattr(ArithTask, "verify", lambda self, p, r: Verdict(float(len(r) % 2), bool(len(r) % 2)))

@@ -6,7 +6,9 @@ directory), `summary.json`, `plots/` and `.lock` (locked while a process trains 
 checkpoint holds the trainable weights (safetensors), `trainer.pt` (the optimiser and scheduler states and
 the RNG states: tensors and plain types only, loaded with `torch.load(weights_only=True)`) and `state.json`
 (step, data position, counters). Its files are fsynced before the folder is renamed into place; resuming
-passes over an unreadable newest checkpoint to the one before it.
+passes over an unreadable newest checkpoint to the one before it. With `train.report_to`, the trackers' local
+files go there too (`tensorboard/`, `wandb/`, `mlruns/`, and `trackers.json`, their run ids); with a KL
+penalty, `reference.json` (the reference weights' fingerprint, `credo.train.check_reference`).
 """
 
 from __future__ import annotations
@@ -97,13 +99,14 @@ class RunDirectory:
         """Append one record to a JSON-lines log, in a single write of the whole line."""
         append_jsonl(path, record)
 
-    def tensorboard(self):
-        """A TensorBoard writer into `tensorboard/` when the tensorboard package is installed, else None."""
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError:
-            return None
-        return SummaryWriter(str(self.root / "tensorboard"))
+    def trackers(self, config, *, resumed_step: int | None = None):
+        """The experiment trackers of `config.train.report_to` (none by default), started, writing their local
+        files under this directory (`credo.trackers.Trackers`; `resumed_step`: the checkpoint a resumed run
+        continues from, None for a fresh start)."""
+        from credo.trackers import Trackers
+
+        return Trackers(config.train.report_to, self.root, project=config.train.tracker_project,
+                        config=config.model_dump(mode="json"), resumed_step=resumed_step)
 
     def records(self, path: Path | None = None) -> list[dict]:
         return read_jsonl(path or self.metrics_file)

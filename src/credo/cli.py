@@ -7,7 +7,7 @@ import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -33,9 +33,25 @@ _options_given = {"debug": False}
 """The global options of this invocation (set by `_options` before the command runs)."""
 
 
+def _print_version(value: bool) -> None:
+    """`credo --version`: the installed package's version, then exit."""
+    if not value:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        number = version("credo")
+    except PackageNotFoundError:  # imported from a source tree that was never installed
+        number = "unknown (not installed)"
+    typer.echo(f"credo {number}")
+    raise typer.Exit()
+
+
 @app.callback()
 def _options(
     debug: bool = typer.Option(False, "--debug", help="Show an error's traceback instead of its one-line message."),
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                 help="Print credo's version and exit."),
 ) -> None:
     """credo: credit assignment for RL with verifiable rewards on language models."""
     _options_given["debug"] = debug
@@ -79,6 +95,29 @@ def one_line_errors(command: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+BARE_OVERRIDES_HELP = "Overrides after the config, key.path=value each (e.g. optim.lr=5e-5), applied after --set ones."
+
+
+def bare_overrides(config: Path | None, bare: list[str] | None,
+                   what: str = "config file") -> tuple[Path | None, list[str]]:
+    """The config file and the `key.path=value` overrides given as plain arguments after it (after `what`).
+
+    A first argument holding `=` that names no existing file is an override (`credo train train.steps=10`,
+    all defaults otherwise). Any other argument without `key=` is a `ConfigError` naming it.
+    """
+    bare = list(bare or [])
+    if config is not None and "=" in str(config) and not config.exists():
+        config, bare = None, [str(config), *bare]
+    for argument in bare:
+        key = argument.split("=", 1)[0].strip()
+        if "=" not in argument or not key or "" in key.split("."):
+            from credo.config import ConfigError
+
+            raise ConfigError(f"unexpected argument {argument!r}: after the {what}, give overrides as "
+                              f"key.path=value (e.g. optim.lr=5e-5) or --set key.path=value")
+    return config, bare
+
+
 @app.command()
 @one_line_errors
 def train(
@@ -86,12 +125,18 @@ def train(
     output: Path = typer.Option(None, "--output", "-o", help="Run directory (default: runs/<method>, then -2, -3, ...)."),
     overrides: list[str] = typer.Option([], "--set", help="Override a config key, e.g. --set optim.lr=1e-5."),
     resume: Path = typer.Option(None, "--resume", help="Continue the run in this directory from its last checkpoint."),
+    settings: Annotated[list[str] | None, typer.Argument(
+        metavar="KEY=VALUE", help=BARE_OVERRIDES_HELP, show_default=False)] = None,
 ) -> None:
-    """Train with RL: sample groups, verify, assign credit, update; evaluate at the start, every N steps and at the end."""
+    """Train with RL: sample groups, verify, assign credit, update; evaluate at the start, every N steps and at the end.
+
+    Overrides: `credo train CONFIG optim.lr=5e-5 train.steps=10` (or --set optim.lr=5e-5)."""
     from credo.config import ConfigError, load_config
 
     _quiet_transformers()
     try:
+        config, bare = bare_overrides(config, settings)
+        overrides = [*overrides, *bare]
         if resume is not None:
             run_config = load_config(resume / "config.yaml", overrides)
             run_dir = resume
@@ -108,6 +153,25 @@ def train(
     except (FileExistsError, FileNotFoundError, ValueError) as error:
         _fail(error)
     print_summary(summary, run_dir)
+
+
+@app.command("config")
+@one_line_errors
+def show_config(
+    config: Path = typer.Argument(
+        None, help="YAML run config or a run directory (its config.yaml); default: all defaults."),
+    overrides: list[str] = typer.Option([], "--set", help="Override a config key, e.g. --set optim.lr=1e-5."),
+    settings: Annotated[list[str] | None, typer.Argument(
+        metavar="KEY=VALUE", help=BARE_OVERRIDES_HELP, show_default=False)] = None,
+) -> None:
+    """Print the resolved, validated run config as YAML (`base` files merged, overrides applied, defaults filled
+    in): the config.yaml `credo train` would record. Nothing loads or runs; a bad config is a one-line error."""
+    from credo.config import dump, load_config
+
+    config, bare = bare_overrides(config, settings)
+    if config is not None and config.is_dir():
+        config = config / "config.yaml"
+    typer.echo(dump(load_config(config, [*overrides, *bare])), nl=False)
 
 
 def fresh_run_dir(base: Path) -> Path:
@@ -139,11 +203,15 @@ def print_summary(summary: dict, run_dir: Path) -> None:
 def evaluate(
     target: Path = typer.Argument(..., help="A run directory (its final model) or a Hugging Face model directory."),
     overrides: list[str] = typer.Option([], "--set", help="Override eval/task keys, e.g. --set eval.samples=8."),
+    settings: Annotated[list[str] | None, typer.Argument(
+        metavar="KEY=VALUE", show_default=False,
+        help="Overrides after the target, e.g. eval.samples=8, applied after --set ones.")] = None,
 ) -> None:
     """Evaluate a model on its task's held-out problems: greedy pass@1, pass@k, avg@k, per difficulty."""
     from credo.config import load_config
 
     _quiet_transformers()
+    overrides = [*overrides, *bare_overrides(None, settings, what="model")[1]]
     is_run = (target / "config.yaml").exists()
     run_config = load_config(target / "config.yaml" if is_run else None, overrides)
     import torch
@@ -202,11 +270,23 @@ def report(
     directory: Path = typer.Argument(..., help="A study directory made by `credo compare`."),
     output: Path = typer.Option(None, "--output", "-o", help="Where to write the report (default: the study directory)."),
     html: bool = typer.Option(False, "--html", help="Also write report.html."),
+    from_json: bool = typer.Option(False, "--from-json", help="Draw the figures and write the report again from "
+                                   "DIRECTORY's report.json (a written report, e.g. a committed one; no runs needed)."),
 ) -> None:
-    """Write a study's report: curves at equal cost with intervals over seeds, a table, findings, credit heatmaps."""
-    from credo.study.report import write_report
+    """Write a study's report: curves at equal cost with intervals over seeds, a table, findings, credit heatmaps.
 
-    path = write_report(directory, output, html=html)
+    A directory without any finished run is an error (exit status 1) that leaves an existing report as it was."""
+    from credo.study.report import NoFinishedRuns, write_report
+
+    try:
+        path = write_report(directory, output, html=html, from_json=from_json)
+    except NoFinishedRuns as error:  # nothing to report is not a usage error: the one line, exit status 1
+        if _options_given["debug"]:
+            raise
+        try:
+            _fail(error)
+        except typer.Exit:
+            raise typer.Exit(1) from None
     from rich.markdown import Markdown
 
     console.print(Markdown(path.read_text()))
@@ -219,13 +299,14 @@ def testbed_build(
     overrides: list[str] = typer.Option([], "--set", help="Override a TestbedConfig key, e.g. --set steps=800."),
     force: bool = typer.Option(False, help="Rebuild even if a cached model exists."),
 ) -> None:
-    """Train the testbed model by SFT (cached by its config's hash) and report its start accuracy."""
+    """Train the testbed model by SFT from scratch (cached by its config's hash; never the shipped weights)
+    and report its start accuracy."""
     from credo.config import apply_overrides
     from credo.testbed import TestbedConfig, build_testbed
 
     _quiet_transformers()
     config = TestbedConfig(**apply_overrides({}, overrides))
-    path = build_testbed(config, force=force, log=console.print)
+    path = build_testbed(config, force=force, shipped=False, log=console.print)
     console.print(f"testbed model: {path}")
     evaluate(path, [])
 

@@ -124,6 +124,29 @@ class TrainConfig(Section):
     A step whose loss, log-probs or gradient are non-finite is skipped whatever this bound."""
     logprob_chunk: int = Field(1024, ge=1)
     """Tokens per chunk of the log-prob computation (memory bound of the logits)."""
+    report_to: list[Literal["tensorboard", "wandb", "mlflow", "trackio"]] = Field(default_factory=list)
+    """Experiment trackers that get the step and evaluation metrics (none by default; metrics.jsonl always).
+
+    Through accelerate's trackers; each needs its extra (`pip install 'credo[wandb]'`). Local files go under
+    the run directory: `tensorboard/`, `wandb/` (`WANDB_MODE=offline` for no network), `mlruns/` (MLflow's
+    file store, unless `MLFLOW_TRACKING_URI` is set)."""
+    tracker_project: str = Field("credo", min_length=1)
+    """The W&B project, MLflow experiment and trackio project of `report_to`; the run is named after its directory."""
+
+    @field_validator("report_to", mode="before")
+    @classmethod
+    def _one_tracker(cls, names: Any) -> Any:
+        return [names] if isinstance(names, str) else names  # `--set train.report_to=wandb`
+
+    @field_validator("report_to")
+    @classmethod
+    def _trackers_installed(cls, names: list[str]) -> list[str]:
+        from credo.trackers import missing_tracker
+
+        problem = missing_tracker(names)
+        if problem:
+            raise ValueError(problem)
+        return names
 
 
 class EvalConfig(Section):
@@ -208,10 +231,16 @@ def task_config(options: dict[str, Any]) -> BaseModel:
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
-    if "=" not in text:
+    """`key.path=value` as (the key's parts, the value read as YAML); a `ConfigError` names a bad one."""
+    key, _, raw = text.partition("=")
+    path = [part.strip() for part in key.split(".")]
+    if "=" not in text or not all(path):
         raise ConfigError(f"override {text!r} must look like key.path=value")
-    key, raw = text.split("=", 1)
-    return key.strip().split("."), yaml.load(raw, Loader=YamlLoader)
+    try:
+        value = yaml.load(raw, Loader=YamlLoader)
+    except yaml.YAMLError as error:
+        raise ConfigError(f"override {text!r}: the value is not valid YAML: {' '.join(str(error).split())}") from None
+    return path, value
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -310,8 +339,8 @@ def dump(config: RunConfig) -> str:
 
 RESUMABLE = (
     "train.steps", "train.eval_every", "train.checkpoint_every", "train.keep_checkpoints", "train.log_samples",
-    "train.max_nan_steps", "train.max_grad_norm", "train.logprob_chunk", "optim.micro_batch_size",
-    "optim.micro_batch_tokens", "rollout.generation_batch_size", "rollout.vllm.gpu_memory_utilization",
+    "train.max_nan_steps", "train.max_grad_norm", "train.report_to", "train.tracker_project", "train.logprob_chunk",
+    "optim.micro_batch_size", "optim.micro_batch_tokens", "rollout.generation_batch_size", "rollout.vllm.gpu_memory_utilization",
     "rollout.vllm.enable_sleep_mode",
 )
 """The keys a resumed run may change: its length, how often it evaluates, checkpoints and logs, its NaN guard,

@@ -14,9 +14,14 @@ EXTRAS = {
     "gguf": "GGUF model files (model.path: *.gguf or the smollm2-135m preset)",
     "lora": "LoRA adapters (model.lora)",
     "tasks": "reasoning-gym tasks and math-verify grading",
+    "data": "local Hugging Face datasets files (task: dataset; parquet, json, jsonl, arrow)",
     "vllm": "the vLLM generation backend (rollout.backend: vllm; CUDA only)",
     "trl": "the TRL GRPOTrainer integration (credo.integrations.trl) and benchmarks/vs_trl.py",
     "verl": "the verl integration (credo.integrations.verl)",
+    "tensorboard": "TensorBoard logging (train.report_to: [tensorboard])",
+    "wandb": "Weights & Biases logging (train.report_to: [wandb])",
+    "mlflow": "MLflow logging (train.report_to: [mlflow])",
+    "trackio": "trackio logging (train.report_to: [trackio])",
 }
 """Each extra of `pyproject.toml` and what it enables."""
 

@@ -37,9 +37,10 @@ FAMILIES: dict[str, str] = {
 }
 """The method families (`Method.family`), each in one phrase."""
 
-TRAINER_FIELDS = frozenset({"correct", "entropy"})
+TRAINER_FIELDS = frozenset({"correct", "entropy", "ref_logp"})
 """Optional batch fields credo's trainer fills for any method (the verdicts; the behaviour policy's entropies,
-scored before credit when the method reads them); `blame_start` too on a task with a step checker."""
+scored before credit when the method reads them; the frozen starting policy's log-probs when the loss has a
+KL penalty, `kl_beta > 0`); `blame_start` too on a task with a step checker."""
 
 
 @dataclass(frozen=True)

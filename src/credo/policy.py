@@ -1,6 +1,9 @@
-"""The policy's token log-probs and entropies for a batch of prompts and responses (chunked over tokens)."""
+"""The policy's token log-probs and entropies for a batch of prompts and responses (chunked over tokens), and the
+frozen reference policy of a KL penalty (`ReferencePolicy`)."""
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 from torch import Tensor
@@ -84,3 +87,45 @@ def decoder_states(decoder, prompt_ids: Tensor, prompt_mask: Tensor, response_id
     response_hidden = decoder(input_ids=response_ids, attention_mask=attention, position_ids=positions[:, P:],
                               past_key_values=cache, use_cache=True).last_hidden_state  # (B, T, H)
     return torch.cat([prompt_hidden[inverse, -1:], response_hidden[:, :-1]], dim=1)  # (B, T, H)
+
+
+class ReferencePolicy:
+    """The frozen starting policy a KL penalty measures against (`loss.kl_beta > 0`).
+
+    A full-weight policy gets a copy of itself, made before its first update: in eval mode, without gradients,
+    in the policy's dtype and on its device (one more model in memory). A LoRA (peft) policy gets no copy:
+    its base weights never train, so the policy with its adapters disabled (`model.disable_adapter()`) is
+    the starting model. `logprobs` scores responses under it with no grad.
+    """
+
+    def __init__(self, policy, *, lora: bool) -> None:
+        self.lora = lora
+        if lora:
+            self.model = policy
+        else:
+            import copy
+
+            self.model = copy.deepcopy(policy).eval().requires_grad_(False)
+
+    def logprobs(self, prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor, response_mask: Tensor, *,
+                 temperature: float, chunk_tokens: int, autocast: bool = False) -> Tensor:
+        """(B, T) log-probs of the response tokens under the reference (`policy_logprobs`'s conventions)."""
+        with torch.no_grad(), (self.model.disable_adapter() if self.lora else contextlib.nullcontext()):
+            logp, _ = policy_logprobs(self.model, prompt_ids, prompt_mask, response_ids, response_mask,
+                                      temperature=temperature, chunk_tokens=chunk_tokens, autocast=autocast)
+        return logp
+
+    def frozen_weights(self) -> dict[str, Tensor]:
+        """The weights the reference computes with (the LoRA policy's base weights: those that never train)."""
+        return {name: p for name, p in self.model.named_parameters() if not (self.lora and p.requires_grad)}
+
+    def fingerprint(self) -> dict[str, float]:
+        """A cheap summary of `frozen_weights` (tensors, float64 sums of values and magnitudes) that tells a
+        resumed run whether `model.path` still holds its starting weights."""
+        weights = self.frozen_weights().values()
+        with torch.no_grad():
+            return {
+                "tensors": len(weights),
+                "sum": sum(float(w.sum(dtype=torch.float64)) for w in weights),
+                "abs_sum": sum(float(torch.linalg.vector_norm(w, 1, dtype=torch.float64)) for w in weights),
+            }

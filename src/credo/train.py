@@ -1,13 +1,16 @@
 """The trainer: sample groups -> verify -> credit -> update, one rollout batch per step.
 
 `train(config, run_dir)` reads top to bottom: each step samples `prompts_per_step` groups, verifies them,
-scores the behaviour policy's log-probs and entropies once, runs the method's credit estimator once, then
-takes `minibatches * epochs` optimiser steps with the method's loss. Metrics, samples, evaluations and
-checkpoints follow. `train(..., resume=True)` continues a killed run from its last checkpoint exactly.
+scores the behaviour policy's log-probs and entropies once (and a frozen reference policy's log-probs, for a
+loss with a KL penalty), runs the method's credit estimator once, then takes `minibatches * epochs` optimiser
+steps with the method's loss. Metrics (to metrics.jsonl and the trackers of `train.report_to`), samples,
+evaluations and checkpoints follow. `train(..., resume=True)` continues a killed run from its last
+checkpoint exactly.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import random
@@ -26,12 +29,13 @@ from credo.io import atomic_directory, write_json_atomic, write_text_atomic
 from credo.methods import Method, get_method
 from credo.microbatch import micro_batches
 from credo.models import export_model, load_model, make_backend
-from credo.policy import policy_logprobs
+from credo.policy import ReferencePolicy, policy_logprobs
 from credo.progress import TrainProgress
 from credo.rollout.groups import ProblemStream, Rollout
 from credo.rollout.thoughts import blame_start, token_pieces
 from credo.schedules import lr_multiplier
 from credo.tasks import Task, build_task
+from credo.trackers import Trackers
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +60,8 @@ class Trainer:
     """One optimiser step per rollout batch and a credit estimator that reads no entropies: the policy being
     updated is the one that sampled, so the update's own forward pass gives the behaviour log-probs
     (`old_logp = logp.detach()`, TRL's on-policy convention) and entropies, and `behaviour_batch` skips its pass."""
+    reference: ReferencePolicy | None = None
+    """The frozen starting policy whose log-probs fill `ref_logp` (a method whose loss has `kl_beta > 0`), else None."""
 
 
 @holding_run_lock
@@ -73,45 +79,53 @@ def train(config: RunConfig, run_dir, *, resume: bool = False, show_progress: bo
     state = start_or_resume(trainer, resume)
     if resume:
         record_resumed_config(trainer, state)
+    if trainer.reference is not None:
+        check_reference(trainer, state)
     stream = ProblemStream(trainer.task, config.train.seed, state.data_position)
     eval_problems = eval_subset(trainer.task.eval_problems(), config.eval.max_problems)
-    if state.step == 0:
-        record_eval(trainer, eval_problems, state)
-    board = trainer.run.tensorboard()
-    with TrainProgress(config.train.steps, state.step, enabled=show_progress) as progress:
-        while state.step < config.train.steps:
-            started = time.perf_counter()
-            rollout = sample_rollout(trainer, stream)
-            generated = time.perf_counter()
-            batch, behaviour_finite = behaviour_batch(trainer, rollout)
-            batch, credit_metrics = trainer.method.credit(batch)
-            scored = time.perf_counter()
-            update_metrics, credit = update(trainer, batch, state, usable=behaviour_finite)
-            trainer.backend.sync_weights()
-            state.step += 1
-            state.data_position = stream.position
-            state.rollout_tokens += rollout.generated_tokens
-            state.wall_s += time.perf_counter() - started
-            record = step_record(trainer, state, rollout, batch, credit, credit_metrics, update_metrics)
-            record.update({
-                "time/generate_s": generated - started, "time/score_credit_s": scored - generated,
-                "time/update_s": time.perf_counter() - scored, "time/step_s": time.perf_counter() - started,
-            })
-            record["tokens_per_s"] = rollout.generated_tokens / record["time/step_s"]
-            trainer.run.append(trainer.run.metrics_file, record)
-            if board is not None:
-                for key, value in record.items():
-                    board.add_scalar(key, value, state.step)
-            log_samples(trainer, state.step, rollout, batch, credit)
-            if state.step % config.train.eval_every == 0 or state.step == config.train.steps:
-                record_eval(trainer, eval_problems, state)
-            if state.step % config.train.checkpoint_every == 0 or state.step == config.train.steps:
-                save_checkpoint(trainer.run, trainer.model, trainer.optimizer, trainer.scheduler, state,
-                                config.train.keep_checkpoints)
-            progress.advance(record)
-    if board is not None:
-        board.close()
+    trackers = trainer.run.trackers(config, resumed_step=state.step if resume and state.step > 0 else None)
+    try:
+        with TrainProgress(config.train.steps, state.step, enabled=show_progress) as progress:
+            if state.step == 0:
+                report_eval(trainer, eval_problems, state, trackers, progress)
+            train_steps(trainer, state, stream, eval_problems, trackers, progress)
+    finally:
+        trackers.close()
     return finish(trainer, state)
+
+
+def train_steps(trainer: Trainer, state: TrainState, stream: ProblemStream, eval_problems, trackers: Trackers,
+                progress: TrainProgress) -> None:
+    """The steps from `state.step` to `train.steps`: each logged, evaluated and checkpointed on its schedule."""
+    config = trainer.config
+    while state.step < config.train.steps:
+        started = time.perf_counter()
+        rollout = sample_rollout(trainer, stream)
+        generated = time.perf_counter()
+        batch, behaviour_finite = behaviour_batch(trainer, rollout)
+        batch, credit_metrics = trainer.method.credit(batch)
+        scored = time.perf_counter()
+        update_metrics, credit = update(trainer, batch, state, usable=behaviour_finite)
+        trainer.backend.sync_weights()
+        state.step += 1
+        state.data_position = stream.position
+        state.rollout_tokens += rollout.generated_tokens
+        state.wall_s += time.perf_counter() - started
+        record = step_record(trainer, state, rollout, batch, credit, credit_metrics, update_metrics)
+        record.update({
+            "time/generate_s": generated - started, "time/score_credit_s": scored - generated,
+            "time/update_s": time.perf_counter() - scored, "time/step_s": time.perf_counter() - started,
+        })
+        record["tokens_per_s"] = rollout.generated_tokens / record["time/step_s"]
+        trainer.run.append(trainer.run.metrics_file, record)
+        trackers.log(record, state.step)
+        log_samples(trainer, state.step, rollout, batch, credit)
+        progress.advance(record)
+        if state.step % config.train.eval_every == 0 or state.step == config.train.steps:
+            report_eval(trainer, eval_problems, state, trackers, progress)
+        if state.step % config.train.checkpoint_every == 0 or state.step == config.train.steps:
+            save_checkpoint(trainer.run, trainer.model, trainer.optimizer, trainer.scheduler, state,
+                            config.train.keep_checkpoints)
 
 
 # ------------------------------------------------------------------------------------------- set-up
@@ -122,6 +136,8 @@ def build_trainer(config: RunConfig, run: RunDirectory) -> Trainer:
     method = get_method(config.method, estimator=config.credit, loss=config.loss).for_run(config.rollout)
     task = build_task(config.task)
     model, tokenizer = load_model(config.model, device)
+    # before any update or checkpoint touches the weights: the reference is the starting policy
+    reference = ReferencePolicy(model, lora=config.model.lora is not None) if "ref_logp" in method.needs else None
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     optim = config.optim
@@ -138,7 +154,7 @@ def build_trainer(config: RunConfig, run: RunDirectory) -> Trainer:
     backend = make_backend(config.rollout, model, tokenizer, config.model, seed=config.train.seed)
     on_policy = optim.minibatches * optim.epochs == 1 and not method.reads_entropy
     return Trainer(config, run, method, task, model, tokenizer, optimizer, scheduler, device, autocast, backend,
-                   on_policy)
+                   on_policy, reference)
 
 
 def pick_device(name: str) -> torch.device:
@@ -172,6 +188,33 @@ def start_or_resume(trainer: Trainer, resume: bool) -> TrainState:
     return TrainState()
 
 
+REFERENCE_FILE = "reference.json"
+"""The run directory's fingerprint of its reference policy's weights (`check_reference`)."""
+
+
+def check_reference(trainer: Trainer, state: TrainState) -> None:
+    """Record the reference policy's fingerprint at step 0; on a resumed run, check that `model.path` still gives it.
+
+    The reference is not stored: it is the starting model, rebuilt from `model.path` when a run resumes (the
+    checkpoint overwrites only the policy's trainable weights). If `model.path` now holds other weights, the
+    KL penalty would measure against another model: a ValueError naming it, rather than a silent change.
+    """
+    path = trainer.run.root / REFERENCE_FILE
+    found = trainer.reference.fingerprint()
+    if state.step == 0 or not path.exists():
+        write_json_atomic(path, found)
+        return
+    recorded = json.loads(path.read_text())
+    same = recorded.get("tensors") == found["tensors"] and all(
+        math.isclose(recorded.get(key, math.nan), found[key], rel_tol=1e-6, abs_tol=1e-6) for key in ("sum", "abs_sum"))
+    if not same:
+        raise ValueError(
+            f"model.path = {trainer.config.model.path!r} no longer holds the weights this run started from "
+            f"({path.name}: {recorded}; now {found}): the KL penalty's reference is the starting model, rebuilt "
+            "from model.path on --resume; restore those weights or start a new run"
+        )
+
+
 def record_resumed_config(trainer: Trainer, state: TrainState) -> None:
     """Record a resumed run's config (with the changes `check_resume` allowed) in config.yaml, atomically."""
     if trainer.config.train.steps < state.step:
@@ -190,36 +233,41 @@ def sample_rollout(trainer: Trainer, stream: ProblemStream) -> Rollout:
 
 
 def behaviour_batch(trainer: Trainer, rollout: Rollout) -> tuple[RolloutBatch, bool]:
-    """The rollout as a batch, with the behaviour policy's log-probs and entropies (computed once, no grad)
-    and the step checker's `blame_start` where the task has one, and whether the behaviour values were
-    finite on every response token.
+    """The rollout as a batch, with the behaviour policy's log-probs and entropies (computed once, no grad),
+    the reference policy's log-probs where the loss has a KL penalty (`Trainer.reference`; once, no grad, in
+    the same micro-batches) and the step checker's `blame_start` where the task has one, and whether the
+    behaviour and reference values were finite on every response token.
 
-    On-policy trainers (`Trainer.on_policy`) skip that pass: `old_logp` stays 0 until the update's own
-    forward pass fills it, and `entropy` is None (the update logs the entropies instead). Non-finite
-    behaviour values are stored as 0 so that the batch can be credited and logged; the update must then be
-    skipped (`update(..., usable=False)`).
+    On-policy trainers (`Trainer.on_policy`) skip the behaviour pass (not the reference's): `old_logp`
+    stays 0 until the update's own forward pass fills it, and `entropy` is None (the update logs the
+    entropies instead). Non-finite values are stored as 0 so that the batch can be credited and logged; the
+    update must then be skipped (`update(..., usable=False)`).
     """
     c = rollout.completions
     optim = trainer.config.optim
     old_logp = torch.zeros(c.response_ids.shape, device=trainer.device)
     entropy = None if trainer.on_policy else torch.zeros(c.response_ids.shape, device=trainer.device)
-    if not trainer.on_policy:
+    ref_logp = None if trainer.reference is None else torch.zeros(c.response_ids.shape, device=trainer.device)
+    scoring = {"temperature": trainer.config.rollout.temperature, "chunk_tokens": trainer.config.train.logprob_chunk,
+               "autocast": trainer.autocast}
+    if not trainer.on_policy or trainer.reference is not None:
         for rows in micro_batches(c.prompt_mask, c.response_mask, max_rows=optim.micro_batch_size,
                                   max_tokens=optim.micro_batch_tokens):
-            with torch.no_grad():
-                logp, part_entropy = policy_logprobs(
-                    trainer.model, *(t[rows].to(trainer.device) for t in (c.prompt_ids, c.prompt_mask, c.response_ids, c.response_mask)),
-                    temperature=trainer.config.rollout.temperature, chunk_tokens=trainer.config.train.logprob_chunk,
-                    with_entropy=True, autocast=trainer.autocast,
-                )
+            inputs = [t[rows].to(trainer.device) for t in (c.prompt_ids, c.prompt_mask, c.response_ids, c.response_mask)]
             rows = rows.to(trainer.device)
-            old_logp[rows] = logp.float()
-            entropy[rows] = part_entropy.float().clamp(min=0)
+            if not trainer.on_policy:
+                with torch.no_grad():
+                    logp, part_entropy = policy_logprobs(trainer.model, *inputs, with_entropy=True, **scoring)
+                old_logp[rows] = logp.float()
+                entropy[rows] = part_entropy.float().clamp(min=0)
+            if trainer.reference is not None:
+                ref_logp[rows] = trainer.reference.logprobs(*inputs, **scoring).float()
     mask = c.response_mask.to(trainer.device)
-    finite = finite_on(mask, old_logp, entropy)
+    finite = finite_on(mask, old_logp, entropy, ref_logp)
     if not finite:
         old_logp = torch.nan_to_num(old_logp, nan=0.0, posinf=0.0, neginf=0.0)
         entropy = None if entropy is None else torch.nan_to_num(entropy, nan=0.0, posinf=0.0, neginf=0.0)
+        ref_logp = None if ref_logp is None else torch.nan_to_num(ref_logp, nan=0.0, posinf=0.0, neginf=0.0)
     blame = None
     if trainer.task.checks_steps:
         rules = trainer.config.rollout.resets.thoughts
@@ -229,6 +277,8 @@ def behaviour_batch(trainer: Trainer, rollout: Rollout) -> tuple[RolloutBatch, b
             for row, verdict in enumerate(rollout.verdicts)
         ], device=trainer.device)
     batch = rollout.batch(old_logp=old_logp, entropy=entropy, blame_start=blame, device=trainer.device)
+    if ref_logp is not None:
+        batch = batch.replace(ref_logp=torch.where(batch.response_mask, ref_logp, 0.0))
     return batch, finite
 
 
@@ -381,12 +431,21 @@ def log_samples(trainer: Trainer, step: int, rollout: Rollout, batch: RolloutBat
             "reward": float(rollout.rewards[row]),
             "correct": verdict.correct,
             "first_wrong_step": verdict.first_wrong_step,
+            "ids": ids,
             "tokens": tokenizer.convert_ids_to_tokens(ids),
             "blame_start": None if batch.blame_start is None else int(batch.blame_start[row]),
             "advantage": [round(x, 4) for x in batch.advantages[row, :n].tolist()],
             "credit": [round(x, 5) for x in credit[row, :n].tolist()],
             "loss_mask": batch.loss_mask[row, :n].tolist(),
         })
+
+
+def report_eval(trainer: Trainer, problems, state: TrainState, trackers: Trackers, progress: TrainProgress) -> dict:
+    """Evaluate (`record_eval`) and report the result to the trackers and the live view."""
+    result = record_eval(trainer, problems, state)
+    trackers.log_eval(result, state.step)
+    progress.evaluated(state.step, result)
+    return result
 
 
 def record_eval(trainer: Trainer, problems, state: TrainState) -> dict:

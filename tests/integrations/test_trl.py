@@ -140,6 +140,9 @@ def test_trl_conventions_reproduce_trl_advantages_losses_and_gradients(case, mod
 
     old = off_policy(ours, out_ours)
     out_theirs["old_per_token_logps"], out_ours["old_per_token_logps"] = old, old.clone()
+    if "beta" in shared:  # the reference is the starting model, so pi = pi_ref, where k3 and its gradient are 0:
+        ref = moved_reference(out_ours)  # move it, so that the KL term is compared too
+        out_theirs["ref_per_token_logps"], out_ours["ref_per_token_logps"] = ref, ref.clone()
     for (loss_theirs, grad_theirs), (loss_ours, grad_ours) in zip(micro_batch_losses(theirs, out_theirs),
                                                                   micro_batch_losses(ours, out_ours)):
         assert abs(float(loss_theirs)) > 1e-4  # a real loss, not 0 = 0
@@ -147,8 +150,16 @@ def test_trl_conventions_reproduce_trl_advantages_losses_and_gradients(case, mod
         torch.testing.assert_close(grad_ours, grad_theirs, rtol=1e-4, atol=1e-7)
     clipped = ours._metrics["train"]["credo/clip/low_frac"] + ours._metrics["train"]["credo/clip/high_frac"]
     assert max(clipped) > 0  # the noise moved some ratios out of the clip range: clipping was compared too
-    if "beta" in shared:
-        assert min(ours._metrics["train"]["credo/kl/ref"]) >= 0 and len(ours._metrics["train"]["credo/kl/ref"]) == 2
+    if "beta" in shared:  # credo's kl/ref is TRL's kl: the masked mean of k3 over each micro-batch's tokens
+        kl_ours, kl_theirs = ours._metrics["train"]["credo/kl/ref"], theirs._metrics["train"]["kl"]
+        assert len(kl_ours) == 2 and min(kl_ours) > 1e-3
+        assert kl_ours == pytest.approx(kl_theirs, rel=1e-5)
+
+
+def moved_reference(output, scale=0.3):
+    """`ref_per_token_logps` moved by seeded noise on the completion tokens, so that pi != pi_ref."""
+    noise = torch.randn(output["completion_ids"].shape, generator=torch.Generator().manual_seed(2)) * scale
+    return output["ref_per_token_logps"] + noise * output["completion_mask"]
 
 
 # ------------------------------------------------------------------------------ (b) credo's own loss, exactly

@@ -301,10 +301,12 @@ def ragged_batch(seed, T=9):
     return index, responses, mask, token_rewards, old, logp, weights
 
 
-def verl_ppo_loss(mode, agg, clip_high, loss_scale_factor, rows, responses, mask, old, logp, adv, weights, info):
+def verl_ppo_loss(mode, agg, clip_high, loss_scale_factor, rows, responses, mask, old, logp, adv, weights, info,
+                  ref=None, kl_coef=0.0):
     """verl's actor loss (`verl.workers.utils.losses.ppo_loss`, what its engine workers call per micro-batch) on
     `rows`, padded to their longest response as verl's engine pads a micro-batch; `logp` reaches it as the
-    model's flat per-token output (prompt of 2 tokens, the response's log-probs one position to the left)."""
+    model's flat per-token output (prompt of 2 tokens, the response's log-probs one position to the left).
+    `ref`: the reference log-probs of verl's KL loss (`use_kl_loss`, `kl_loss_type="low_var_kl"`, `kl_coef`)."""
     from tensordict import TensorDict
     from verl.utils import tensordict_utils as tu
     from verl.workers.config import PolicyLossConfig
@@ -324,11 +326,15 @@ def verl_ppo_loss(mode, agg, clip_high, loss_scale_factor, rows, responses, mask
     }
     if weights is not None:
         fields["rollout_is_weights"] = weights[rows, :width]
+    kl = {}
+    if ref is not None:
+        fields["ref_log_prob"] = ref[rows, :width]
+        kl = {"use_kl_loss": True, "kl_loss_coef": kl_coef, "kl_loss_type": "low_var_kl"}
     data = TensorDict(fields, batch_size=[B])
     tu.assign_non_tensor(data, **info)
     config = ActorConfig(strategy="fsdp", rollout_n=1, ppo_micro_batch_size_per_gpu=1, loss_agg_mode=agg,
                          clip_ratio_low=0.2, clip_ratio_high=clip_high, loss_scale_factor=loss_scale_factor,
-                         policy_loss=PolicyLossConfig(loss_mode=mode))
+                         policy_loss=PolicyLossConfig(loss_mode=mode), **kl)
     loss, _ = ppo_loss(config, {"log_probs": torch.cat(flat)}, data)
     return loss
 
@@ -372,6 +378,43 @@ def test_verl_conventions_reproduce_verls_grpo_dr_grpo_and_dapo(name, seed, dp_s
         assert verl_losses.abs().min() > 1e-5 and verl_grad.abs().sum() > 0  # real losses, not 0 = 0
         torch.testing.assert_close(credo_losses, verl_losses, rtol=0, atol=1e-12)
         torch.testing.assert_close(credo_grad, verl_grad, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("agg", ["seq-mean-token-mean", "token-mean"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_verls_kl_loss_is_credos_kl_penalty_with_its_clamp(agg, seed):
+    """verl's `use_kl_loss` (k3 as `low_var_kl`, aggregated like the policy loss, times `kl_loss_coef`) is credo's
+    `kl_beta` penalty with verl's conventions, whose `kl_clamp = 10` is verl's clamp; unclamped, credo is TRL's."""
+    from credo.integrations.conventions import convention_switches
+
+    index, responses, mask, _, old, logp, _ = ragged_batch(seed)
+    B = len(index)
+    g = torch.Generator().manual_seed(100 + seed)
+    ref = old + 0.5 * torch.randn(old.shape, generator=g, dtype=torch.float64)  # with logp's +-25 outliers: clamped
+    adv = torch.randn(B, 1, generator=g, dtype=torch.float64) * mask
+    info = {"dp_size": 1, "batch_num_tokens": int(mask.sum()), "global_batch_size": B}
+    x = logp.clone().requires_grad_()
+    verl_loss = verl_ppo_loss("vanilla", agg, 0.2, None, list(range(B)), responses, mask, old, x, adv, None, info,
+                              ref=ref, kl_coef=0.05)
+    verl_loss.backward()
+    method = get_method("grpo")
+    batch = RolloutBatch(response_ids=torch.zeros(responses.shape, dtype=torch.long), response_mask=responses,
+                         group_id=torch.from_numpy(np.unique(index, return_inverse=True)[1]),
+                         rewards=torch.zeros(B, dtype=torch.float64), old_logp=old * responses, loss_mask=mask,
+                         ref_logp=ref * responses, advantages=adv)
+    results = {}
+    for clamp in (10.0, None):
+        loss = method.with_overrides(loss=convention_switches(method, "verl")[1] | {
+            "agg": cv.AGG_MODES[agg], "kl_beta": 0.05, "kl_clamp": clamp}).loss
+        y = logp.clone().requires_grad_()
+        out = loss(y, batch)
+        out.loss.backward()
+        results[clamp] = (out.loss.detach(), y.grad, out.metrics["kl/ref"])
+    credo_loss, credo_grad, kl = results[10.0]
+    assert convention_switches(method, "verl")[1]["kl_clamp"] == 10.0 and 0 < kl < 10
+    torch.testing.assert_close(credo_loss, verl_loss.detach(), rtol=0, atol=1e-12)
+    torch.testing.assert_close(credo_grad, x.grad, rtol=0, atol=1e-12)
+    assert abs(float(results[None][0] - verl_loss.detach())) > 1e-3  # the clamp binds on this batch: unclamped differs
 
 
 def test_verl_conventions_are_switches_of_the_methods():

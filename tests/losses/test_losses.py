@@ -156,6 +156,22 @@ def test_clip_metrics_match_loop(seed):
     assert metrics["loss/tokens"] == n
 
 
+def test_k3_clamp_is_verls_low_var_kl_clamp():
+    from credo.losses.base import kl_k3
+
+    logp = torch.tensor([[-1.0, -1.0, -30.0, -1.0]], dtype=torch.float64, requires_grad=True)
+    ref = torch.tensor([[-1.0, -1.5, -1.0, -9.0]], dtype=torch.float64)
+    free, clamped = kl_k3(logp, ref), kl_k3(logp, ref, clamp=10.0)
+    diff = ref - logp.detach()
+    torch.testing.assert_close(free.detach(), torch.exp(diff) - diff - 1)
+    torch.testing.assert_close(clamped.detach(), free.detach().clamp(max=10.0))  # e^29 - 30: clamped at 10
+    assert free[0, 0] == 0 and 0 < free[0, 1] < 10 and free[0, 3] < 10  # exp(-8) + 7: under the clamp
+    (grad,) = torch.autograd.grad(clamped.sum(), logp)
+    assert grad[0, 2] == 0 and grad[0, 1] != 0  # no gradient where the clamp binds
+    with pytest.raises(ValueError, match="kl_clamp"):
+        PPOClipLoss(kl_clamp=0.0)
+
+
 def test_loss_errors_say_what_is_missing():
     batch = random_batch(0)
     logp = batch.old_logp.clone().requires_grad_()

@@ -1,6 +1,9 @@
-"""Sampling: credo's decode loop against transformers' `generate`, compaction of finished rows, top-p."""
+"""Sampling: credo's decode loop against transformers' `generate`, compaction of finished rows, top-p, and
+the end tokens a response stops at (the tokenizer's and the model's declared end-of-turn ids)."""
 
 from __future__ import annotations
+
+import contextlib
 
 import pytest
 import torch
@@ -9,7 +12,15 @@ from tiny import TINY_TESTBED
 from credo.config import load_config
 from credo.models import load_model
 from credo.rollout import generate as generation
-from credo.rollout.generate import encode_prompts, generate, pick_tokens
+from credo.rollout.generate import (
+    TransformersBackend,
+    cut_response,
+    encode_prompts,
+    end_token_ids,
+    generate,
+    pick_tokens,
+)
+from credo.testbed import USER
 
 
 @pytest.fixture(scope="module")
@@ -69,3 +80,69 @@ def test_top_p_samples_only_from_the_nucleus():
     assert counts.tolist() == [4000, 0, 0, 0]  # the most likely token alone already reaches p
     hot = torch.bincount(pick_tokens(logits, temperature=2.0, top_p=1.0, greedy=False)[:, 0], minlength=4)
     assert hot[3] / 4000 == pytest.approx(0.05**0.5 / sum(p**0.5 for p in (0.5, 0.3, 0.15, 0.05)), abs=0.02)
+
+
+@contextlib.contextmanager
+def emits_at(model, token: int, position: int, held: list[int]):
+    """The model emits `token` at every step from the one fed `position` on (its logit raised by 100, an
+    lm_head bias), and none of `held` before it (lowered by 100)."""
+
+    def bias(module, args, kwargs, output):
+        late = (kwargs["position_ids"] >= position).float().unsqueeze(-1)  # (n, L, 1)
+        output.logits[..., held] -= 100.0 * (1.0 - late)
+        output.logits[..., token] += 100.0 * late[..., 0]
+
+    hook = model.register_forward_hook(bias, with_kwargs=True)
+    try:
+        yield
+    finally:
+        hook.remove()
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_generation_stops_at_every_end_of_turn_id_the_model_declares(policy, monkeypatch, greedy):
+    model, tokenizer, prompts = policy
+    eos, pad, turn = tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.convert_tokens_to_ids(USER)
+    assert len({eos, pad, turn}) == 3  # an end of turn that is neither the end token nor padding
+    prompt = prompts[0]
+    fourth = len(prompt) - 1 + 3  # fed at step 3: the step that samples the 4th response token
+
+    def sample(**kwargs):
+        torch.manual_seed(0)
+        return generate(model, tokenizer, [prompt], max_new_tokens=8, greedy=greedy, repeat=3, **kwargs)
+
+    def sample_with_backend():
+        torch.manual_seed(0)
+        return TransformersBackend(model, tokenizer).generate([prompt], max_new_tokens=8, greedy=greedy, repeat=3)
+
+    with emits_at(model, turn, fourth, held=[eos, turn]):
+        assert end_token_ids(model, tokenizer) == [eos]
+        undeclared = sample()  # the model emits the end of turn, but nothing says it ends the response
+        assert undeclared.truncated.all() and undeclared.response_mask.sum(dim=1).tolist() == [8, 8, 8]
+        assert undeclared.response_ids[:, 3].tolist() == [turn] * 3
+        for declared in ([eos, turn], turn, (turn,)):  # a list, an int (then it replaces eos there), a tuple
+            monkeypatch.setattr(model.generation_config, "eos_token_id", declared)
+            assert end_token_ids(model, tokenizer) == [eos, turn]
+            for out in (sample(), sample_with_backend()):
+                assert out.response_mask.sum(dim=1).tolist() == [4, 4, 4]  # cut at the end of turn, counted
+                assert out.response_ids[:, 3].tolist() == [turn] * 3
+                assert not out.truncated.any()
+                assert out.tokens == 12 and all(USER not in text for text in out.texts)
+                assert torch.equal(out.response_ids[:, :3], undeclared.response_ids[:, :3])
+        assert sample(end_ids=[eos]).truncated.all()  # an explicit list overrides the declared ids
+    with emits_at(model, eos, fourth, held=[eos, turn]):
+        out = sample()  # the end token still ends a response when the model declares others
+        assert out.response_mask.sum(dim=1).tolist() == [4, 4, 4] and not out.truncated.any()
+        assert out.response_ids[:, 3].tolist() == [eos] * 3
+
+
+def test_cut_response_ends_at_the_first_end_token(policy):
+    _, tokenizer, _ = policy
+    eos, pad, turn = tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.convert_tokens_to_ids(USER)
+    body = tokenizer("+5=12", add_special_tokens=False)["input_ids"]
+    assert cut_response(body + [turn, 9, eos], [eos, turn], pad, tokenizer, []) == (body + [turn], True)
+    assert cut_response(body + [eos, turn], [eos, turn], pad, tokenizer, []) == (body + [eos], True)
+    assert cut_response(body + [turn, eos], eos, pad, tokenizer, []) == (body + [turn, eos], True)  # one id
+    assert cut_response(body + [pad, pad], [eos, turn], pad, tokenizer, []) == (body, False)
+    assert cut_response(body + [turn], [eos, turn], pad, tokenizer, ["=1"]) == (body[:4], True)  # the earlier
+    assert cut_response(body[:2] + [turn] + body[2:], [eos, turn], pad, tokenizer, ["=1"]) == (body[:2] + [turn], True)

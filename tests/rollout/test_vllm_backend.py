@@ -1,7 +1,7 @@
 """The vLLM backend's adapter code, against a stand-in engine (vLLM itself needs CUDA, absent here).
 
-`FakeVllm` has the slice of vLLM's API the backend uses (`LLM`, `SamplingParams`, outputs with
-`token_ids` / `finish_reason`, the in-process model's `load_weights`, `reset_prefix_cache`). Its engine
+`FakeVllm` has the slice of vLLM's API the backend uses (`LLM`, `SamplingParams` with `stop_token_ids`, outputs
+with `token_ids` / `finish_reason`, the in-process model's `load_weights`, `reset_prefix_cache`). Its engine
 holds its own copy of the model, loaded from the model directory and updated only through `load_weights`,
 and samples with credo's transformers generation under the request's seed: a sync that missed or misnamed
 a weight shows up as different weights or different responses.
@@ -57,10 +57,12 @@ class LLM:
 
     def generate(self, prompts, sampling_params, use_tqdm=True):
         p = sampling_params
+        self.last_params = p
         torch.manual_seed(p.seed)
+        ends = [self.tokenizer.eos_token_id, *(getattr(p, "stop_token_ids", None) or [])]  # as vLLM stops
         out = generate(self.engine_model.model, self.tokenizer, [x["prompt_token_ids"] for x in prompts],
                        max_new_tokens=p.max_tokens, temperature=p.temperature or 1.0, top_p=p.top_p,
-                       greedy=p.temperature == 0.0, stop=p.stop, repeat=p.n)
+                       greedy=p.temperature == 0.0, stop=p.stop, repeat=p.n, end_ids=ends)
         results = []
         for i in range(len(prompts)):
             samples = []
@@ -115,6 +117,28 @@ def test_completions_match_the_transformers_backend(fake_vllm):
     assert got.texts == expected.texts
     greedy = backend.generate(prompts, max_new_tokens=12, greedy=True)
     assert greedy.texts == generate(model, tokenizer, prompts, max_new_tokens=12, greedy=True).texts
+
+
+def test_vllm_stops_at_the_end_of_turn_ids_the_policy_declares(fake_vllm, monkeypatch):
+    from rollout.test_generate import emits_at
+
+    from credo.rollout.vllm_backend import VllmBackend
+    from credo.testbed import USER
+
+    _, model, tokenizer, directory = tiny_policy()
+    backend = VllmBackend(model, tokenizer, directory, VllmConfig())
+    llm = LLM.instances[0]
+    eos, turn = tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids(USER)
+    prompt = encode_prompts(tokenizer, ["Compute 3+4."])[0]
+    with emits_at(llm.engine_model.model, turn, len(prompt) - 1 + 3, held=[eos, turn]):
+        out = backend.generate([prompt], max_new_tokens=8, repeat=2)
+        assert llm.last_params.stop_token_ids == [eos]
+        assert out.truncated.all() and out.response_mask.sum(dim=1).tolist() == [8, 8]
+        monkeypatch.setattr(model.generation_config, "eos_token_id", [eos, turn])  # the policy's, not the engine's
+        out = backend.generate([prompt], max_new_tokens=8, repeat=2)
+        assert llm.last_params.stop_token_ids == [eos, turn]
+        assert out.response_mask.sum(dim=1).tolist() == [4, 4] and not out.truncated.any()
+        assert out.response_ids[:, 3].tolist() == [turn, turn]
 
 
 def test_weight_sync_merges_lora_adapters_under_the_plain_names(fake_vllm):

@@ -84,7 +84,8 @@ def test_findings_say_better_worse_and_the_share(study_dir):
     for name in ("default_greedy_pass_at_1.png", "default_pass_at_1.png", "default_pass_at_4.png", "default_area_vs_grpo.png"):
         assert (study_dir / "plots" / name).stat().st_size > 5000
     page = (study_dir / "credit_default.html").read_text()
-    assert page.count("<h2>") == len(CURVES) and page.count('class="n10 b"') == len(CURVES) and 'title="-0.4000"' in page
+    assert page.count("<h2>") == len(CURVES) and page.count('class="gn10 rn10 b"') == len(CURVES)
+    assert "credit -0.4 advantage -1" in page and "blame precision 0.90" in page  # 0.9 of 1.0 on or after token 1
     assert "<table>" in (study_dir / "report.html").read_text()
 
 
@@ -143,3 +144,61 @@ def test_a_malformed_log_line_is_an_error_naming_file_and_line(study_dir):
     metrics.write_text(lines[0] + '{"step":13,"reward/me\n' + "".join(lines[1:]))
     with pytest.raises(ValueError, match=rf"^{metrics}, line 2: not a JSON record \(Invalid control character at column 22\)$"):
         write_report(study_dir)
+
+
+def report_files(directory: Path) -> dict[str, tuple[bytes, int]]:
+    return {str(p.relative_to(directory)): (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in sorted(directory.rglob("*"))
+            if p.is_file() and p.name != "study.yaml" and "seed" not in str(p.relative_to(directory))}
+
+
+def test_no_finished_run_is_an_error_that_keeps_the_report(study_dir):
+    from typer.testing import CliRunner
+
+    from credo.cli import app
+    from credo.study.report import NoFinishedRuns
+
+    write_report(study_dir, html=True)
+    before = report_files(study_dir)
+    assert {"report.md", "report.json", "report.html", "credit_default.html"} <= set(before)
+    for summary in study_dir.glob("default/*/seed*/summary.json"):
+        summary.unlink()  # every run still going
+    with pytest.raises(NoFinishedRuns, match=rf"^{study_dir}: no finished run yet \(none of its 8 run folders"):
+        write_report(study_dir, html=True)
+    result = CliRunner().invoke(app, ["report", str(study_dir), "--html"])
+    assert result.exit_code == 1, result.output
+    assert result.stderr.startswith(f"error: {study_dir}: no finished run yet") and result.stderr.count("\n") == 1
+    assert "left as it was" in result.stderr and "Traceback" not in result.stderr
+    assert report_files(study_dir) == before  # not one byte or timestamp changed
+
+
+def test_a_written_report_is_drawn_again_from_its_json_alone(study_dir, tmp_path):
+    from typer.testing import CliRunner
+
+    from credo.cli import app
+
+    first = tmp_path / "first"
+    write_report(study_dir, first, html=True)
+    saved = json.loads((first / "report.json").read_text())["default"]
+    assert set(saved["curves"]) == {"greedy_pass@1", "pass@1", "pass@4"}
+    grpo = saved["curves"]["greedy_pass@1"]["grpo"]["rollout_tokens"]
+    assert grpo["x"][0] == 0 and grpo["x"][-1] == 2000 and grpo["mean"][-1] == pytest.approx(0.61) and grpo["seeds"] == 2
+    assert '"x": [0.0, ' in (first / "report.json").read_text()  # a curve's numbers on one line
+    again = tmp_path / "again"  # no runs beside it: only the report folder
+    result = CliRunner().invoke(app, ["report", str(first), "--from-json", "--html", "--output", str(again)])
+    assert result.exit_code == 0, result.output
+    for name in ("report.md", "report.json", "report.html", "credit_default.html", "credit_default.jsonl"):
+        assert (again / name).read_text() == (first / name).read_text(), name
+    assert sorted(p.name for p in (again / "plots").iterdir()) == sorted(p.name for p in (first / "plots").iterdir())
+    # A report.json from before the curves were kept: its figures cannot be drawn again, the ones there stay.
+    old = json.loads((first / "report.json").read_text())
+    del old["default"]["curves"]
+    (first / "report.json").write_text(json.dumps(old))
+    (first / "credit_default.jsonl").unlink()
+    kept = (first / "plots" / "default_pass_at_1.png").read_bytes()
+    text = write_report(first, from_json=True).read_text()
+    assert "holds no curve data to draw them again" in text and "](plots/default_pass_at_1.png)" in text
+    assert (first / "plots" / "default_pass_at_1.png").read_bytes() == kept and "credit_default.html" in text
+    (first / "report.json").unlink()
+    with pytest.raises(FileNotFoundError, match="no report.json to draw the report from"):
+        write_report(first, from_json=True)

@@ -75,10 +75,16 @@ def aggregate(
     return per_row.sum() / num_rows
 
 
-def kl_k3(logp: Tensor, ref_logp: Tensor) -> Tensor:
-    """(B, T) the k3 estimator of KL(pi || pi_ref): `exp(ref - logp) - (ref - logp) - 1` (>= 0)."""
+def kl_k3(logp: Tensor, ref_logp: Tensor, clamp: float | None = None) -> Tensor:
+    """(B, T) the k3 estimator of KL(pi || pi_ref): `exp(ref - logp) - (ref - logp) - 1` (>= 0).
+
+    `clamp` (verl's `low_var_kl`): the log-ratio `ref - logp` is clamped to [-20, 20] before `exp` and the
+    estimate to [-clamp, clamp] (no gradient where either bites); None: neither (TRL's `GRPOTrainer`)."""
     diff = ref_logp - logp
-    return torch.exp(diff) - diff - 1.0
+    if clamp is None:
+        return torch.exp(diff) - diff - 1.0
+    diff = diff.clamp(min=-20.0, max=20.0)
+    return (torch.exp(diff) - diff - 1.0).clamp(min=-clamp, max=clamp)
 
 
 def masked_quantile(values: Tensor, mask: Tensor, q: float) -> float:
@@ -98,7 +104,7 @@ class PolicyLoss:
 
     conventions: ClassVar[Mapping[str, Mapping[str, Any]]] = {
         "trl": {"empty_rows": "count"},
-        "verl": {"empty_rows": "count", "norm_len": None},
+        "verl": {"empty_rows": "count", "norm_len": None, "kl_clamp": 10.0},
     }
     """The switches with which this class computes what an engine's own implementation computes, per
     convention name ("trl", "verl"); subclasses add to their bases' (`credo.integrations.conventions`)."""
@@ -109,7 +115,12 @@ class PolicyLoss:
     empty_rows: str = "skip"
     """Rows with no loss token: "skip" = left out of the row mean (verl) | "count" = counted (TRL)."""
     kl_beta: float = 0.0
-    """Weight of the k3 KL penalty to `batch.ref_logp` (GRPO's beta); 0 disables it."""
+    """Weight of the k3 KL penalty to `batch.ref_logp` (GRPO's beta); 0 disables it.
+
+    `kl_beta * k3_t` is added to each token's loss before aggregation, as TRL's `GRPOTrainer` adds
+    `beta * per_token_kl` and as verl adds `kl_loss_coef` times the same aggregation of its `kl_loss_type` k3."""
+    kl_clamp: float | None = None
+    """Clamp of the k3 KL estimate (verl's `low_var_kl`: 10, its log-ratio at +-20 first); None: unclamped (TRL)."""
 
     def __post_init__(self) -> None:
         name = type(self).__name__
@@ -118,6 +129,8 @@ class PolicyLoss:
         if self.norm_len is not None:
             check_range(name, "norm_len", self.norm_len, 1)
         check_range(name, "kl_beta", self.kl_beta, 0.0)
+        if self.kl_clamp is not None:
+            check_range(name, "kl_clamp", self.kl_clamp, 0.0, low_open=True)
 
     @property
     def reads(self) -> frozenset[str]:
@@ -138,7 +151,7 @@ class PolicyLoss:
         if self.kl_beta > 0:
             if batch.ref_logp is None:
                 raise ValueError(f"{type(self).__name__}.kl_beta > 0 needs RolloutBatch.ref_logp, but it is None")
-            kl = kl_k3(logp, batch.ref_logp)
+            kl = kl_k3(logp, batch.ref_logp, self.kl_clamp)
             token_loss = token_loss + self.kl_beta * kl
             metrics["kl/ref"] = masked_mean(kl.detach(), mask)
         loss = aggregate(

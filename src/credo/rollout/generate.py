@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import torch
@@ -18,7 +19,7 @@ class Completions:
     response_mask: Tensor  # (N, T) bool, left-aligned
     texts: list[str]
     """Decoded responses without special tokens."""
-    truncated: Tensor  # (N,) bool: stopped by max_new_tokens, not by the end token or a stop string
+    truncated: Tensor  # (N,) bool: stopped by max_new_tokens, not by an end token or a stop string
 
     @property
     def tokens(self) -> int:
@@ -34,14 +35,34 @@ class Completions:
 
 
 def encode_prompts(tokenizer, messages: list[str]) -> list[list[int]]:
-    """Token ids of each user message under the model's chat template (with the generation prompt)."""
+    """Token ids of each prompt under the model's chat template (with the generation prompt).
+
+    A prompt is a user message (a string), or a `credo.tasks.ChatPrompt`, whose whole conversation is rendered;
+    its system message is folded into the first user message where the template has no system role
+    (`credo.tasks.chat`). Without a chat template a string is encoded as it is, a ChatPrompt as its messages'
+    contents joined by blank lines."""
+    from credo.tasks.chat import ChatPrompt, plain_text, system_role, template_messages
+
     if tokenizer.chat_template is None:
-        return tokenizer(messages, add_special_tokens=True)["input_ids"]
+        return tokenizer([plain_text(m) for m in messages], add_special_tokens=True)["input_ids"]
+    system = any(isinstance(m, ChatPrompt) and m.messages[0]["role"] == "system" for m in messages) \
+        and system_role(tokenizer)
     texts = [
-        tokenizer.apply_chat_template([{"role": "user", "content": m}], tokenize=False, add_generation_prompt=True)
+        tokenizer.apply_chat_template(template_messages(m, system), tokenize=False, add_generation_prompt=True)
         for m in messages
     ]
     return tokenizer(texts, add_special_tokens=False)["input_ids"]  # the template holds any BOS itself
+
+
+def end_token_ids(model, tokenizer) -> list[int]:
+    """Every token id that ends a response: the tokenizer's end token and each end-of-turn id the model's
+    generation config declares (`generation_config.eos_token_id`, an int or a list: Qwen2.5's instruct models
+    list `<|im_end|>` and `<|endoftext|>`), in that order, without repeats."""
+    ids: list[int] = []
+    declared = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    for value in (tokenizer.eos_token_id, declared):
+        ids += [int(i) for i in (value if isinstance(value, (list, tuple)) else [value]) if i is not None]
+    return list(dict.fromkeys(ids))
 
 
 def left_pad(rows: list[list[int]], pad: int) -> tuple[Tensor, Tensor]:
@@ -77,16 +98,20 @@ def generate(
     stop: list[str] | None = None,
     batch_size: int = 256,
     repeat: int = 1,
+    end_ids: Collection[int] | None = None,
 ) -> Completions:
     """Sample `repeat` responses per prompt (rows in prompt order: prompt 0's samples first).
 
     Each prompt's KV cache is computed once and copied to its samples instead of re-encoding the prompt per
     sample (a group's prompt, a reset's prefix), into a static cache; `decode` then samples token by token.
-    Randomness: torch's global RNG. A response ends after the tokenizer's end token (kept: the model learns
-    to stop) or at the end of a stop string (kept), or is cut at `max_new_tokens` (`truncated`).
+    Randomness: torch's global RNG. A response ends after the first end token it samples (kept: the model
+    learns to stop), one of `end_ids` (default `end_token_ids(model, tokenizer)`: the tokenizer's end token
+    and the end-of-turn ids the model's generation config declares), or at the end of a stop string (kept),
+    or is cut at `max_new_tokens` (`truncated`).
     """
     device = next(model.parameters()).device
     pad = tokenizer.pad_token_id
+    ends = list(end_token_ids(model, tokenizer) if end_ids is None else end_ids)
     responses: list[list[int]] = []
     truncated: list[bool] = []
     per_call = max(1, batch_size // repeat)
@@ -96,7 +121,7 @@ def generate(
         cache = shared_prompt_cache(model, ids, mask, repeat, ids.shape[1] + max_new_tokens)
         rows = decode(model, tokenizer, ids.repeat_interleave(repeat, dim=0), mask.repeat_interleave(repeat, dim=0),
                       cache, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, greedy=greedy,
-                      stop=list(stop or []))
+                      stop=list(stop or []), end_ids=ends)
         for response, done in rows:
             responses.append(response)
             truncated.append(not done)
@@ -110,16 +135,18 @@ kept are still running."""
 
 
 def decode(model, tokenizer, ids: Tensor, mask: Tensor, cache, *, max_new_tokens: int, temperature: float,
-           top_p: float, greedy: bool, stop: list[str]) -> list[tuple[list[int], bool]]:
+           top_p: float, greedy: bool, stop: list[str],
+           end_ids: Collection[int] | None = None) -> list[tuple[list[int], bool]]:
     """Sample up to `max_new_tokens` after left-padded prompts `ids` (N, P) whose all-but-last tokens are in
-    the static `cache`; returns each row's response tokens and whether it ended (end token or stop string).
+    the static `cache`; returns each row's response tokens and whether it ended (one of `end_ids`, default
+    the tokenizer's end token, or a stop string).
 
     A plain loop of forward passes over the cache, one token per step, rather than transformers' `generate`:
     its per-step set-up (logits processors, stopping criteria, input preparation) cost as much as a small
     model's forward pass (benchmarks/vs_trl.py). Rows that have finished leave the batch and the cache
     (`COMPACT_AT`), so the late steps of a batch with a few long responses run on those rows only.
     """
-    eos = tokenizer.eos_token_id
+    ends = frozenset([tokenizer.eos_token_id] if end_ids is None else end_ids)
     N, P = ids.shape
     attention = torch.zeros(N, P + max_new_tokens, dtype=torch.long, device=ids.device)  # (N, L): the cache's length
     attention[:, :P] = mask
@@ -142,7 +169,7 @@ def decode(model, tokenizer, ids: Tensor, mask: Tensor, cache, *, max_new_tokens
             tokens[row].append(value)
             if stop:
                 texts[row] += tokenizer.decode([value])
-            ended[row] = value == eos or any(s in texts[row] for s in stop)
+            ended[row] = value in ends or any(s in texts[row] for s in stop)
             if not ended[row]:
                 running.append(index)
         if not running:
@@ -194,17 +221,21 @@ def shared_prompt_cache(model, ids: Tensor, mask: Tensor, repeat: int, max_lengt
     return cache
 
 
-def cut_response(row: list[int], eos: int, pad: int, tokenizer, stop: list[str]) -> tuple[list[int], bool]:
-    """The response tokens up to and including the end token or the token that completes a stop string."""
-    if eos in row:
-        return row[: row.index(eos) + 1], True
-    if stop:
-        text = ""
-        for i, token in enumerate(row):
+def cut_response(row: list[int], eos: int | Collection[int], pad: int, tokenizer,
+                 stop: list[str]) -> tuple[list[int], bool]:
+    """The response tokens up to and including the first end token (`eos`: one id, or every id that ends a
+    response, `end_token_ids`) or the token that completes a stop string, whichever comes first (as `decode`
+    stops)."""
+    ends = frozenset([eos] if isinstance(eos, int) else eos)
+    text = ""
+    for i, token in enumerate(row):
+        if token in ends:
+            return row[: i + 1], True
+        if stop:
             text += tokenizer.decode([token])
             if any(s in text for s in stop):
                 return row[: i + 1], True
-    while row and row[-1] == pad and pad != eos:
+    while row and row[-1] == pad and pad not in ends:
         row = row[:-1]
     return row, False
 
@@ -214,7 +245,8 @@ class TransformersBackend:
 
     Samplers only need `tokenizer` and `generate(prompts, ...)`, so a scripted policy (tests) or another
     engine (`credo.rollout.vllm_backend.VllmBackend`) can stand in for it. The model samples in eval mode
-    (no dropout) and is put back in the mode it was in.
+    (no dropout) and is put back in the mode it was in. Responses end at every end token `end_token_ids`
+    finds (read at each call: the tokenizer's and the model's declared end-of-turn ids).
     """
 
     def __init__(self, model, tokenizer, *, batch_size: int = 256, stop: list[str] | None = None) -> None:
@@ -228,6 +260,7 @@ class TransformersBackend:
             return generate(
                 self.model, self.tokenizer, prompts, max_new_tokens=max_new_tokens, temperature=temperature,
                 top_p=top_p, greedy=greedy, stop=self.stop, batch_size=self.batch_size, repeat=repeat,
+                end_ids=end_token_ids(self.model, self.tokenizer),
             )
         finally:
             self.model.train(was_training)

@@ -16,7 +16,7 @@ from torch import Tensor
 from credo.batch import RolloutBatch
 from credo.rollout.generate import Completions, encode_prompts
 from credo.rollout.options import RolloutConfig
-from credo.tasks import Problem, Task, Verdict, sandbox_failures, verify_all
+from credo.tasks import Problem, Task, Verdict, sandbox_failures, unscored_count, verify_all
 
 
 class ProblemStream:
@@ -87,7 +87,8 @@ def sample_round(backend, task: Task, problems: list[Problem], config: RolloutCo
         lengths = completions.response_mask.sum(dim=1)
         rewards = rewards + overlong_penalty(lengths, config.max_new_tokens, config.overlong_buffer)
     group_id = torch.arange(len(problems)).repeat_interleave(config.group_size)
-    metrics = {"rollout/reward_errors": errors, "verify/sandbox_failures": sandbox_failures(verdicts)}
+    metrics = {"rollout/reward_errors": errors, "verify/sandbox_failures": sandbox_failures(verdicts),
+               "verify/unscored": unscored_count(verdicts)}
     return Rollout(rows, completions, verdicts, rewards, group_id, completions.tokens, metrics)
 
 
@@ -114,6 +115,7 @@ def sample_groups(backend, task: Task, stream: ProblemStream, config: RolloutCon
     merged.metrics = {
         "rollout/reward_errors": sum(r.metrics["rollout/reward_errors"] for r in rounds),
         "verify/sandbox_failures": sum(r.metrics["verify/sandbox_failures"] for r in rounds),
+        "verify/unscored": sum(r.metrics["verify/unscored"] for r in rounds),
         "rollout/refills": refills,
         "rollout/kept_group_share": min(len(kept), config.prompts_per_step) / config.prompts_per_step,
     }

@@ -4,8 +4,10 @@ Optional (`pip install 'credo[vllm]'`, CUDA only); transformers' `generate` stay
 It follows TRL's "colocate" mode: `vllm.LLM(..., distributed_executor_backend="external_launcher")` keeps
 the engine in this process, so after every optimiser step the policy's weights are copied in place into
 vLLM's model (`load_weights`, LoRA adapters merged first) and its prefix cache is dropped. Responses come
-back as the same `Completions` the transformers backend gives: token ids cut by the same rule (end token or
-stop string kept), texts decoded by the policy's tokenizer, `truncated` when vLLM hit `max_tokens`.
+back as the same `Completions` the transformers backend gives: token ids cut by the same rule (the first end
+token, the tokenizer's or an end-of-turn id the policy's generation config declares, or stop string kept; the
+end ids go to vLLM as `stop_token_ids`), texts decoded by the policy's tokenizer, `truncated` when vLLM hit
+`max_tokens`.
 Sampling seeds are drawn from torch's RNG, so a seeded run samples the same responses again.
 """
 
@@ -19,7 +21,7 @@ from collections.abc import Iterator
 import torch
 
 from credo.extras import require
-from credo.rollout.generate import Completions, cut_response
+from credo.rollout.generate import Completions, cut_response, end_token_ids
 from credo.rollout.options import VllmConfig
 
 
@@ -48,10 +50,11 @@ class VllmBackend:
     def generate(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 1.0,
                  top_p: float = 1.0, greedy: bool = False, repeat: int = 1) -> Completions:
         """`repeat` responses per prompt (prompt 0's first), as `credo.rollout.generate.generate` gives them."""
+        ends = end_token_ids(self.model, self.tokenizer)
         params = self.vllm.SamplingParams(
             n=repeat, temperature=0.0 if greedy else temperature, top_p=1.0 if greedy else top_p,
             max_tokens=max_new_tokens, stop=self.stop or None, include_stop_str_in_output=True,
-            seed=int(torch.randint(2**31 - 1, ())),
+            stop_token_ids=ends, seed=int(torch.randint(2**31 - 1, ())),
         )
         if self.options.enable_sleep_mode:
             self.llm.wake_up()
@@ -59,11 +62,11 @@ class VllmBackend:
                                     use_tqdm=False)
         if self.options.enable_sleep_mode:
             self.llm.sleep(level=1)
-        eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
+        pad = self.tokenizer.pad_token_id
         responses, truncated = [], []
         for output in outputs:
             for sample in output.outputs:
-                response, done = cut_response(list(sample.token_ids), eos, pad, self.tokenizer, self.stop)
+                response, done = cut_response(list(sample.token_ids), ends, pad, self.tokenizer, self.stop)
                 responses.append(response)
                 truncated.append(not done and sample.finish_reason == "length")
         texts = self.tokenizer.batch_decode(responses, skip_special_tokens=True)

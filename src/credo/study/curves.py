@@ -168,9 +168,18 @@ def share_of_gain(method: Sequence[float], base: Sequence[float], oracle: Sequen
     return Share(value, draws[int(0.025 * (resamples - 1))], draws[int(0.975 * (resamples - 1))], n)
 
 
-def mean_curve(curves: Sequence[Curve], points: int = 60) -> tuple[list[float], list[Estimate]]:
-    """The seeds' mean curve with its interval on a common grid over `[0, the shortest curve's end]`."""
+def mean_curve(curves: Sequence[Curve], points: int | None = 60) -> tuple[list[float], list[Estimate]]:
+    """The seeds' mean curve with its interval on a common grid over `[0, the shortest curve's end]`: `points`
+    evenly spaced points, or with `points=None` the curves' own points in that range (where the piecewise
+    linear mean bends: the same mean line, drawn from fewer points).
+
+    >>> [round(x) for x in mean_curve([Curve((0, 10, 20), (0, 1, 1)), Curve((0, 15, 30), (0, 1, 1))], None)[0]]
+    [0, 10, 15, 20]
+    """
     end = min(c.x[-1] for c in curves)
     start = max(c.x[0] for c in curves)
-    grid = [start + (end - start) * i / (points - 1) for i in range(points)] if end > start else [start]
+    if points is None:
+        grid = sorted({start, end} | {x for c in curves for x in c.x if start < x < end})
+    else:
+        grid = [start + (end - start) * i / (points - 1) for i in range(points)] if end > start else [start]
     return grid, [mean_interval([c.at(x) for c in curves]) for x in grid]

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -62,6 +62,9 @@ class ReportConfig(Strict):
     heatmap_step: int = Field(1, ge=1)
     """The step whose logged samples the credit heatmaps show (step 1: every i.i.d. method sees the same
     responses of the same seed, so the heatmaps differ only by credit)."""
+    heatmap_scale: Literal["page", "row"] = "page"
+    """The heatmaps' colour scale when the page opens: one for the whole page (rows compare), or each row's
+    own largest |credit| (every row's pattern shows); the page has a switch for the other."""
 
 
 class StudyConfig(Strict):

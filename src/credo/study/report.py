@@ -8,27 +8,36 @@ For each difficulty of the grid, from the finished runs' `metrics.jsonl` and `su
   (`credo.study.curves.share_of_gain`); rollout tokens needed to reach the baseline's final score; blame
   precision (`credo.diagnostics`); cost;
 - findings in plain words, derived from the table (better / worse / not distinguishable from the baseline);
-- a credit heatmap page (`credit_<difficulty>.html`, `credo.study.heatmap`).
-Written as `report.md` (and `report.html` on request) with `report.json` holding the same numbers.
+- a credit heatmap page (`credit_<difficulty>.html`, `credo.study.heatmap`; its records beside it in
+  `credit_<difficulty>.jsonl`).
+Written as `report.md` (and `report.html` on request) with `report.json` holding the same numbers and the
+mean curves the figures draw, so that `write_report(..., from_json=True)` draws the figures and writes the
+report again from a report folder alone (a committed report, whose runs are gone). A study directory with
+no finished run is an error that leaves an existing report as it was.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-from credo.io import iter_jsonl, write_json_atomic, write_text_atomic
-from credo.plots import save_figure
+from credo.io import iter_jsonl, write_text_atomic
+from credo.plots import family_key, fitted_range, legend_below, legend_rows, method_styles, save_figure
 from credo.study.curves import Curve, Estimate, Share, area, first_crossing, mean_curve, mean_interval, share_of_gain
 from credo.study.document import Block, Bullets, Code, Heading, Image, Paragraph, Table, to_html, to_markdown
 from credo.study.grid import STUDY_FILE, ReportConfig, run_path
-from credo.study.heatmap import write_heatmap
+from credo.study.heatmap import collect_samples, write_heatmap
 
 AXES = {"step": "optimiser steps (rollout batches)", "rollout_tokens": "rollout tokens generated", "wall_s": "wall time (s)"}
+
+
+class NoFinishedRuns(ValueError):
+    """A study directory without a single finished run: nothing to report (an existing report is kept)."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +107,22 @@ class MethodRow:
             "blame_precision": est(self.blame_precision), "rollout_tokens": est(self.rollout_tokens),
             "wall_s": est(self.wall_s),
         }
+
+    @classmethod
+    def from_json(cls, data: dict) -> MethodRow:
+        """The row `as_json` wrote (`report.json`)."""
+        def est(e: dict | None) -> Estimate | None:
+            return None if e is None else Estimate(e["mean"], e["low"], e["high"], e["n"])
+
+        share = data["share_of_oracle_gain"]
+        return cls(
+            method=data["method"], seeds=data["seeds"], final={k: est(v) for k, v in data["final"].items()},
+            auc=est(data["auc"]), auc_vs_baseline=est(data["auc_vs_baseline"]),
+            share=None if share is None else Share(share["value"], share["low"], share["high"], share["seeds"]),
+            tokens_to_target=est(data["tokens_to_baseline_final"]), reached=data["reached_baseline_final"],
+            blame_precision=est(data["blame_precision"]), rollout_tokens=est(data["rollout_tokens"]),
+            wall_s=est(data["wall_s"]),
+        )
 
 
 @dataclass(frozen=True)
@@ -225,65 +250,214 @@ def _tokens(n: float) -> str:
     return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.0f}k"
 
 
-def plot_curves(runs: dict[str, list[Run]], metric: str, path: Path, title: str) -> Path:
-    """The metric against steps, rollout tokens and wall time: per method the mean over seeds, shaded 95% interval."""
+def mean_curves(runs: dict[str, list[Run]], metric: str) -> dict[str, dict[str, dict]]:
+    """`{method: {axis: {"x", "mean", "low", "high", "seeds"}}}`: per method with finished runs and per axis
+    (`AXES`), the seeds' mean curve of `metric` with its 95% interval (`low`/`high` null with one seed),
+    rounded for `report.json`."""
+    def rounded(values, digits):
+        return [None if v is None else round(v, digits) for v in values]
+
+    out: dict[str, dict[str, dict]] = {}
+    for method, method_runs in runs.items():
+        if not method_runs:
+            continue
+        out[method] = {}
+        for axis in AXES:
+            grid, estimates = mean_curve([r.curve(metric, axis) for r in method_runs], points=None)
+            out[method][axis] = {"x": rounded(grid, 2), "mean": rounded([e.mean for e in estimates], 5),
+                                 "low": rounded([e.low for e in estimates], 5),
+                                 "high": rounded([e.high for e in estimates], 5), "seeds": len(method_runs)}
+    return out
+
+
+def _tick_tokens(value: float, _position=None) -> str:
+    return "0" if value == 0 else f"{value / 1e6:g}M" if abs(value) >= 1e6 else f"{value / 1e3:g}k"
+
+
+def plot_curves(curves: dict[str, dict[str, dict]], metric: str, path: Path, title: str, *,
+                budget: float | None = None) -> Path:
+    """The metric against steps, rollout tokens and wall time (`mean_curves`): per method the mean over seeds
+    with its shaded 95% interval, each method its own colour and line style (a hue per family), the legend
+    under the panels. The tokens panel stops at `budget` (the areas' equal budget); the y-range fits what is
+    drawn
+    (the means; the intervals' shading may run past it)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
 
-    fig, panels = plt.subplots(1, 3, figsize=(17, 5), sharey=True)
-    colours = plt.get_cmap("tab10").colors
-    for index, (method, method_runs) in enumerate(runs.items()):
-        if not method_runs:
-            continue
-        colour, style = colours[index % len(colours)], ("-", "--", ":")[index // len(colours) % 3]
+    styles = method_styles(list(curves))
+    height = 4.4 + 0.2 * legend_rows(list(styles), 17)  # the panels keep their height under a long legend
+    fig, panels = plt.subplots(1, 3, figsize=(17, height), sharey=True, layout="constrained")
+    handles, shown = [], []
+    alpha = 0.08 if len(curves) <= 6 else 0.04
+    for method in styles:  # family by family: the legend's order
+        by_axis, style = curves[method], styles[method]
         for panel, axis in zip(panels, AXES):
-            grid, estimates = mean_curve([r.curve(metric, axis) for r in method_runs])
-            panel.plot(grid, [e.mean for e in estimates], color=colour, linestyle=style, label=method)
-            if estimates[0].low is not None:
-                panel.fill_between(grid, [e.low for e in estimates], [e.high for e in estimates], color=colour, alpha=0.07)
-    for panel, label in zip(panels, AXES.values()):
-        panel.set(xlabel=label, ylim=(0, 1))  # held-out accuracies; a t-interval's shading is cut at the range
+            c = by_axis[axis]
+            (line,) = panel.plot(c["x"], c["mean"], color=style.colour, linestyle=style.linestyle, linewidth=1.6)
+            bands = c["low"][0] is not None
+            low = [max(0.0, v) for v in c["low"]] if bands else c["mean"]  # accuracies: shading cut at [0, 1]
+            high = [min(1.0, v) for v in c["high"]] if bands else c["mean"]
+            if bands:
+                panel.fill_between(c["x"], low, high, color=style.colour, alpha=alpha, linewidth=0)
+            limit = budget if axis == "rollout_tokens" and budget else None
+            shown += [m for x, m in zip(c["x"], c["mean"]) if limit is None or x <= limit]
+            if limit is not None and c["x"][0] < limit < c["x"][-1]:
+                shown.append(Curve(tuple(c["x"]), tuple(c["mean"])).at(limit))
+        handles.append(line)
+    for panel, (axis, label) in zip(panels, AXES.items()):
+        panel.set(xlabel=label)
         panel.grid(alpha=0.3)
-    panels[0].set(ylabel=f"held-out {metric}", title=title)
-    panels[-1].legend(fontsize=8, loc="lower right")
+        panel.margins(x=0.01)
+    tokens = panels[list(AXES).index("rollout_tokens")]
+    tokens.xaxis.set_major_formatter(FuncFormatter(_tick_tokens))
+    if budget:
+        tokens.set_xlim(min(c["rollout_tokens"]["x"][0] for c in curves.values()), budget)
+        tokens.set_xlabel(f"rollout tokens generated, up to the areas' budget ({_tokens(budget)})")
+    panels[0].set(ylabel=f"held-out {metric}", ylim=fitted_range(shown, pad=0.08))
+    banded = any(c[axis]["low"][0] is not None for c in curves.values() for axis in AXES)
+    fig.suptitle(f"{title}: held-out {metric}, mean over seeds" + (" (shaded: 95% interval)" if banded else ""),
+                 fontsize=12)
+    legend_below(fig, handles, list(styles), title=family_key(styles))
     return save_figure(fig, path)
 
 
 def plot_differences(result: DifficultyResult, baseline: str, path: Path, title: str) -> Path | None:
-    """A forest plot: each method's paired difference of the area to the baseline's, with its 95% interval."""
+    """A forest plot: each method's paired difference of the area to the baseline's, with its 95% interval
+    (blue: ahead, vermillion: behind, grey: not distinguishable or a single seed)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     rows = [r for r in result.rows if r.auc_vs_baseline is not None]
     if not rows:
         return None
-    fig, ax = plt.subplots(figsize=(8, 0.9 + 0.32 * len(rows)))
+    verdicts = {"ahead": ("#0072B2", "o"), "behind": ("#D55E00", "s"), "not distinguishable": ("#777777", "D")}
+    single = all(r.auc_vs_baseline.low is None for r in rows)
+    fig, ax = plt.subplots(figsize=(9, 1.6 + 0.3 * len(rows)), layout="constrained")
+    used = set()
     for y, row in enumerate(reversed(rows)):
         d = row.auc_vs_baseline
         low, high = (d.low, d.high) if d.low is not None else (d.mean, d.mean)
-        colour = "tab:green" if low > 0 else "tab:red" if high < 0 else "tab:gray"
-        ax.errorbar(d.mean, y, xerr=[[d.mean - low], [high - d.mean]], fmt="o", color=colour, capsize=3)
+        verdict = ("not distinguishable" if d.low is None  # one seed: no interval, as the findings say
+                   else "ahead" if low > 0 else "behind" if high < 0 else "not distinguishable")
+        used.add(verdict)
+        colour, marker = verdicts[verdict]
+        ax.errorbar(d.mean, y, xerr=[[d.mean - low], [high - d.mean]], fmt=marker, color=colour, capsize=3)
     ax.axvline(0, color="black", linewidth=0.8)
     ax.set_yticks(range(len(rows)), [r.method for r in reversed(rows)])
-    ax.set(xlabel=f"paired difference of the area to {baseline}'s (≤{_tokens(result.budget)} rollout tokens, 95% interval)",
-           title=title)
+    ax.set_ylim(-0.7, len(rows) - 0.3)
+    ax.set(xlabel=f"paired difference of the area to {baseline}'s (≤{_tokens(result.budget)} rollout tokens"
+                  + (", one seed: no interval)" if single else ", 95% interval)"), title=title)
     ax.grid(axis="x", alpha=0.3)
+    handles = [Line2D([], [], color=verdicts[v][0], marker=verdicts[v][1], linestyle="",
+                      label=f"{v} vs {baseline}" + (" (one seed)" if single and v == "not distinguishable" else ""))
+               for v in verdicts if v in used]
+    fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), fontsize=9, frameon=False)
     return save_figure(fig, path)
 
 
-def write_report(directory: str | Path, output: str | Path | None = None, *, html: bool = False) -> Path:
+@dataclass(frozen=True)
+class DifficultyReport:
+    """What the report shows of one difficulty, from the runs or from a saved `report.json`."""
+
+    result: DifficultyResult
+    curves: dict[str, dict[str, dict[str, dict]]] | None
+    """`{metric: mean_curves(...)}`; None when read from a `report.json` made before it kept the curves."""
+    unfinished: list[str] = field(default_factory=list)
+    samples: list[dict] | None = None
+    """The heatmap's records (`credo.study.heatmap.collect_samples`); None: none at hand (a page there stays)."""
+
+    def metrics(self) -> list[str]:
+        """The metrics with a figure: the report's, pass@1 and the largest pass@k."""
+        if self.curves is not None:
+            return list(self.curves)
+        keys = {k for r in self.result.rows for k in r.final if k.startswith("pass@") and k != "pass@1"}
+        largest = max(keys, key=lambda k: int(k.split("@")[1])) if keys else None
+        return [self.result.metric] + [k for k in ("pass@1", largest) if k and k != self.result.metric]
+
+    def as_json(self) -> dict:
+        out = {"metric": self.result.metric, "auc_tokens": self.result.budget, "baseline_final": self.result.target,
+               "methods": [r.as_json() for r in self.result.rows]}
+        if self.unfinished:
+            out["unfinished"] = self.unfinished
+        if self.curves is not None:
+            out["curves"] = self.curves
+        return out
+
+
+def results_from_runs(directory: Path, report: ReportConfig) -> dict[str, DifficultyReport | None]:
+    """Every difficulty's report from the finished runs (None: a difficulty without any); NoFinishedRuns if
+    the whole directory has none."""
+    study, runs = load_runs(directory)
+    if not any(rs for by_method in runs.values() for rs in by_method.values()):
+        cells = len(study["difficulties"]) * len(study["methods"]) * len(study["seeds"])
+        raise NoFinishedRuns(f"{directory}: no finished run yet (none of its {cells} run folders holds a summary.json); "
+                             "nothing to report, so an existing report there is left as it was")
+    out: dict[str, DifficultyReport | None] = {}
+    for difficulty, by_method in runs.items():
+        if not any(by_method.values()):
+            out[difficulty] = None
+            continue
+        result = analyse(by_method, report, difficulty)
+        metrics = [result.metric] + [k for k in ("pass@1", _largest_pass_k(by_method)) if k and k != result.metric]
+        out[difficulty] = DifficultyReport(
+            result, {metric: mean_curves(by_method, metric) for metric in metrics},
+            [f"{m} ({len(rs)}/{len(study['seeds'])})" for m, rs in by_method.items() if len(rs) < len(study["seeds"])],
+            collect_samples(by_method, report.heatmap_step))
+    return out
+
+
+def results_from_json(directory: Path, study: dict) -> dict[str, DifficultyReport | None]:
+    """Every difficulty's report as a report folder's `report.json` (and `credit_<difficulty>.jsonl`) saved it."""
+    path = directory / "report.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{directory}: no report.json to draw the report from (--from-json re-draws a written report)")
+    data = json.loads(path.read_text())
+    if not data:
+        raise NoFinishedRuns(f"{path} holds no results; nothing to draw, so the report there is left as it was")
+    out: dict[str, DifficultyReport | None] = {}
+    for difficulty in study["difficulties"]:
+        saved = data.get(difficulty)
+        if saved is None:
+            out[difficulty] = None
+            continue
+        result = DifficultyResult(difficulty, saved["metric"], saved["auc_tokens"], saved["baseline_final"],
+                                  [MethodRow.from_json(m) for m in saved["methods"]])
+        records = directory / f"credit_{difficulty}.jsonl"
+        out[difficulty] = DifficultyReport(result, saved.get("curves"), saved.get("unfinished", []),
+                                           list(iter_jsonl(records)) if records.exists() else None)
+    return out
+
+
+def report_json(results: dict[str, DifficultyReport | None]) -> str:
+    """`report.json`'s text: indented, each list of numbers (a curve) on one line."""
+    text = json.dumps({d: r.as_json() for d, r in results.items() if r is not None}, indent=2)
+    return re.sub(r"\[\s*([^\[\]{}\"]*?)\s*\]", lambda m: "[" + " ".join(m.group(1).split()) + "]", text) + "\n"
+
+
+def write_report(directory: str | Path, output: str | Path | None = None, *, html: bool = False,
+                 from_json: bool = False) -> Path:
     """Write `report.md` (and `report.html`), `report.json`, plots and credit heatmaps; returns the Markdown path.
 
-    `output` (default: the study directory) receives the report; the runs stay where they are.
+    `output` (default: the study directory) receives the report; the runs stay where they are. With
+    `from_json`, `directory` is a report folder (its `study.yaml`, `report.json` and heatmap records; no runs
+    needed): the figures are drawn and the report written again from what it saved. Everything is read and
+    computed before the first file is written; a directory without any finished run is `NoFinishedRuns`.
     """
     directory = Path(directory)
     out = Path(output) if output is not None else directory
-    study, runs = load_runs(directory)
+    study_file = directory / STUDY_FILE
+    if not study_file.exists():
+        raise FileNotFoundError(f"{directory} is not a study directory (no {STUDY_FILE}); run `credo compare` first")
+    study = yaml.safe_load(study_file.read_text())
     report = ReportConfig(**study.get("report", {}))
+    results = results_from_json(directory, study) if from_json else results_from_runs(directory, report)
+
     blocks: list[Block] = [Heading(f"Study: {study['name']}", 1)]
     if study.get("command"):
         blocks += [Paragraph("Made by:"), Code(study["command"])]
@@ -291,39 +465,60 @@ def write_report(directory: str | Path, output: str | Path | None = None, *, htm
     blocks.append(Paragraph(f"Methods {methods}; seeds {study['seeds']}; the seeds pair runs across methods (same "
                             "starting model, same prompt stream per seed). Intervals are 95% Student-t intervals over "
                             "seeds; `share` intervals are paired bootstraps over seeds."))
-    numbers = {}
-    for difficulty, by_method in runs.items():
-        missing = [f"{m} ({len(rs)}/{len(study['seeds'])})" for m, rs in by_method.items() if len(rs) < len(study["seeds"])]
-        if not any(by_method.values()):
+    out.mkdir(parents=True, exist_ok=True)
+    for difficulty, saved in results.items():
+        if saved is None:
             blocks += [Heading(f"{difficulty}"), Paragraph("No finished runs yet.")]
             continue
-        result = analyse(by_method, report, difficulty)
-        numbers[difficulty] = {"metric": result.metric, "auc_tokens": result.budget, "baseline_final": result.target,
-                               "methods": [r.as_json() for r in result.rows]}
-        blocks.append(Heading(f"{difficulty}" if len(runs) > 1 else "Results"))
-        if missing:
-            blocks.append(Paragraph(f"Unfinished (finished seeds / all): {', '.join(missing)}."))
+        result = saved.result
+        blocks.append(Heading(f"{difficulty}" if len(results) > 1 else "Results"))
+        if saved.unfinished:
+            blocks.append(Paragraph(f"Unfinished (finished seeds / all): {', '.join(saved.unfinished)}."))
         blocks += [table(result, report), Heading("Findings", 3), Bullets(tuple(findings(result, report)))]
         forest = f"plots/{difficulty}_area_vs_{report.baseline}.png"
         if plot_differences(result, report.baseline, out / forest, f"{study['name']} · {difficulty}"):
             blocks.append(Image(forest, f"paired difference of the area to {report.baseline}'s"))
-        metrics = [result.metric] + [k for k in ("pass@1", _largest_pass_k(by_method)) if k and k != result.metric]
-        for metric in metrics:
+        kept = []
+        for metric in saved.metrics():
             name = f"plots/{difficulty}_{metric.replace('@', '_at_')}.png"
-            plot_curves(by_method, metric, out / name, f"{study['name']} · {difficulty}")
+            if saved.curves is not None:
+                plot_curves(saved.curves[metric], metric, out / name, f"{study['name']} · {difficulty}",
+                            budget=result.budget)
+            elif _keep(directory, out, name):
+                kept.append(name)
+            else:
+                continue
             blocks.append(Image(name, f"{metric} against steps, rollout tokens and wall time"))
-        heatmap = write_heatmap(by_method, out / f"credit_{difficulty}.html", step=report.heatmap_step,
-                                title=f"{study['name']} · {difficulty}: credit per token at step {report.heatmap_step}")
-        blocks.append(Paragraph(f"Credit heatmaps of sample responses: [{heatmap.name}]({heatmap.name})."))
+        if kept:
+            blocks.insert(len(blocks) - len(kept), Paragraph(
+                "The curves below are as an earlier version of the report drew them: this report's `report.json` "
+                "holds no curve data to draw them again (it was written before the report kept the curves)."))
+        page = f"credit_{difficulty}.html"
+        if saved.samples is not None:
+            write_heatmap(saved.samples, out / page, scale=report.heatmap_scale,
+                          title=f"{study['name']} · {difficulty}: credit per token at step {report.heatmap_step}")
+        elif not _keep(directory, out, page):
+            continue
+        blocks.append(Paragraph(f"Credit heatmaps of sample responses: [{page}]({page})."))
     blocks += glossary()
-    out.mkdir(parents=True, exist_ok=True)
     if out.resolve() != directory.resolve():
-        shutil.copyfile(directory / STUDY_FILE, out / STUDY_FILE)
-    write_json_atomic(out / "report.json", numbers)
+        shutil.copyfile(study_file, out / STUDY_FILE)
+    write_text_atomic(out / "report.json", report_json(results))
     write_text_atomic(out / "report.md", to_markdown(blocks))
     if html:
         write_text_atomic(out / "report.html", to_html(blocks, f"credo study {study['name']}"))
     return out / "report.md"
+
+
+def _keep(directory: Path, out: Path, name: str) -> bool:
+    """Whether a file the report cannot make again is there (copied into `out` when it writes elsewhere)."""
+    source = directory / name
+    if not source.exists():
+        return False
+    if out.resolve() != directory.resolve():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, out / name)
+    return True
 
 
 def _largest_pass_k(runs: dict[str, list[Run]]) -> str | None:

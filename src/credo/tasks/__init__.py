@@ -11,10 +11,14 @@ from credo.tasks.base import (
     sandbox_failures,
     task_class,
     task_names,
+    unscored_count,
     verify_all,
 )
+from credo.tasks.chat import ChatPrompt
+from credo.tasks.dataset import DatasetConfig, DatasetTask
 from credo.tasks.jsonl import JsonlConfig, JsonlTask
 from credo.tasks.reasoning_gym import ReasoningGymConfig, ReasoningGymTask
+from credo.tasks.rewards import CustomReward, RewardFunction, RewardOptions
 
 
 def build_task(options: dict) -> Task:
@@ -24,7 +28,8 @@ def build_task(options: dict) -> Task:
 
 
 __all__ = [
-    "TASKS", "THOUGHT_END", "THOUGHT_INSTRUCTION", "ArithConfig", "ArithTask", "JsonlConfig", "JsonlTask", "Problem",
-    "ReasoningGymConfig", "ReasoningGymTask", "Task", "Verdict", "build_task", "sandbox_failures", "task_class", "task_names",
+    "TASKS", "THOUGHT_END", "THOUGHT_INSTRUCTION", "ArithConfig", "ArithTask", "ChatPrompt", "CustomReward", "DatasetConfig",
+    "DatasetTask", "JsonlConfig", "JsonlTask", "Problem", "ReasoningGymConfig", "ReasoningGymTask", "RewardFunction",
+    "RewardOptions", "Task", "Verdict", "build_task", "sandbox_failures", "task_class", "task_names", "unscored_count",
     "verify_all",
 ]

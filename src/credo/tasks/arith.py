@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from credo.tasks.base import TASKS, THOUGHT_END, Problem, Verdict
+from credo.tasks.rewards import CustomReward, RewardedTask, RewardOptions
 
 MODULUS = 100
 MAX_DRAWS = 100_000
@@ -179,7 +180,7 @@ _STEP = re.compile(r"^([+\-*])(\d)=(\d\d)$")
 _ANSWER = re.compile(r"\\boxed\{(\d+)\}")
 
 
-class ArithConfig(BaseModel):
+class ArithConfig(RewardOptions):
     """Options of the `arith` testbed task."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
@@ -250,7 +251,7 @@ def is_held_out(prompt: str) -> bool:
 
 
 @TASKS.register("arith")
-class ArithTask:
+class ArithTask(RewardedTask):
     """The step-verifiable testbed task (see the module docstring)."""
 
     name = "arith"
@@ -259,6 +260,7 @@ class ArithTask:
 
     def __init__(self, config: ArithConfig | None = None) -> None:
         self.config = config or ArithConfig()
+        self.custom_reward = CustomReward.of(self.config)
 
     # ---------------------------------------------------------------------------------- problems
     def random_chain(self, rng: random.Random, steps: int) -> Chain:
@@ -316,7 +318,8 @@ class ArithTask:
         return out
 
     # ------------------------------------------------------------------------------ verification
-    def verify(self, problem: Problem, response: str) -> Verdict:
+    def own_verify(self, problem: Problem, response: str) -> Verdict:
+        """Reward 1 when the last boxed value is the chain's answer; the step checker's first wrong thought."""
         chain: Chain = problem.meta["chain"]
         answers = _ANSWER.findall(response)
         correct = bool(answers) and int(answers[-1]) == int(problem.answer)

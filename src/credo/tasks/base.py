@@ -35,7 +35,8 @@ THOUGHT_INSTRUCTION = (
 @dataclass(frozen=True)
 class Problem:
     prompt: str
-    """The user message (the model's chat template is applied by the trainer)."""
+    """The user message (the model's chat template is applied by the trainer), or a `ChatPrompt`: a string
+    (its last user message) that carries the whole conversation in `.messages` (system turn and all)."""
     answer: str
     """Ground-truth final answer."""
     difficulty: str = "all"
@@ -47,7 +48,7 @@ class Problem:
 @dataclass(frozen=True)
 class Verdict:
     reward: float
-    """In [0, 1]."""
+    """In [0, 1] from a task's own scoring; a custom `task.reward` may give any finite value."""
     correct: bool
     first_wrong_step: int | None = None
     """0-based index of the first wrong thought; None when every step is right or the task cannot tell."""
@@ -56,6 +57,8 @@ class Verdict:
     sandbox_failed: bool = False
     """The verification failed in its sandbox (the scorer's worker overran its time limit, died, hit a limit
     or attempted a refused operation): scored 0, and counted in `verify/sandbox_failures`."""
+    unscored: bool = False
+    """No custom reward function gave this response a value (each returned None): reward 0 (`unscored_count`)."""
 
 
 class Task(Protocol):
@@ -79,11 +82,23 @@ TASKS: Registry[type] = Registry("task")
 
 
 def verify_all(task: Task, problems: list[Problem], texts: list[str], on_error: str) -> tuple[list[Verdict], int]:
-    """The task's verdict on every response; a verifier that raises stops the step or scores 0."""
+    """The task's verdict on every response, and how many were scored 0 because verifying them failed.
+
+    A verifier that raises stops the step (`on_error="raise"`) or scores 0 (`"zero"`). A task whose config
+    names reward functions (`task.reward`, `credo.tasks.rewards`) is scored by them, a batch at a time."""
+    custom = getattr(task, "custom_reward", None)
+    if custom is not None:
+        return custom.verdicts(task, problems, texts, on_error)
+    return verify_each(task, task.verify, problems, texts, on_error)
+
+
+def verify_each(task: Task, verify, problems: list[Problem], texts: list[str],
+                on_error: str) -> tuple[list[Verdict], int]:
+    """`verify(problem, text)` on every response; one that raises stops the step or scores 0 (`on_error`)."""
     verdicts, errors = [], 0
     for problem, text in zip(problems, texts):
         try:
-            verdicts.append(task.verify(problem, text))
+            verdicts.append(verify(problem, text))
         except Exception as error:  # a user's verifier may raise anything
             if on_error == "raise":
                 raise RuntimeError(
@@ -100,6 +115,11 @@ def verify_all(task: Task, problems: list[Problem], texts: list[str], on_error: 
 def sandbox_failures(verdicts: list[Verdict]) -> int:
     """How many verifications failed in their sandbox (logged as `verify/sandbox_failures`)."""
     return sum(v.sandbox_failed for v in verdicts)
+
+
+def unscored_count(verdicts: list[Verdict]) -> int:
+    """How many responses no custom reward function gave a value (each returned None; reward 0)."""
+    return sum(v.unscored for v in verdicts)
 
 
 def task_names() -> list[str]:

@@ -17,14 +17,15 @@ from __future__ import annotations
 import json
 import random
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from credo.extras import require
 from credo.tasks.base import TASKS, Problem, Verdict, seeded_epochs
+from credo.tasks.rewards import CustomReward, RewardedTask, RewardOptions
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 _FIELDS = (("prompt", str, "a string"), ("answer", (str, int, float), "a string or a number"),
@@ -32,7 +33,7 @@ _FIELDS = (("prompt", str, "a string"), ("answer", (str, int, float), "a string 
 """Each field of a line with the JSON types it may hold (booleans excluded; null never)."""
 
 
-class JsonlConfig(BaseModel):
+class JsonlConfig(RewardOptions):
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     name: str = "jsonl"
@@ -53,7 +54,7 @@ class JsonlConfig(BaseModel):
 
     @model_validator(mode="after")
     def _math_verify_installed(self) -> JsonlConfig:
-        if self.match == "math":
+        if self.match == "math" and not self.reward:
             require("math_verify", "tasks", "match: math (math-verify grading)")
         return self
 
@@ -106,6 +107,38 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
+def train_and_held_out(read: Callable[[str], list[Problem]], config: Any) -> tuple[list[Problem], list[Problem]]:
+    """(train, held out) of a file task: `read(config.path)`, and `read(config.eval_path)` when the config names
+    one, else the `eval_fraction` split of the training file (`split_held_out`)."""
+    problems = read(config.path)
+    if config.eval_path is not None:
+        return problems, read(config.eval_path)
+    return split_held_out(problems, config.eval_fraction, config.path)
+
+
+def split_held_out(problems: list[Problem], fraction: float, path: str) -> tuple[list[Problem], list[Problem]]:
+    """(train, held out): `fraction` of the problems (at least one) held out by a fixed shuffle, both in file order."""
+    order = list(range(len(problems)))
+    random.Random(0).shuffle(order)
+    cut = max(1, round(fraction * len(problems)))
+    if cut >= len(problems):
+        raise ValueError(f"{path}: too few problems to hold out {fraction:.0%} for eval")
+    return [problems[i] for i in sorted(order[cut:])], [problems[i] for i in sorted(order[:cut])]
+
+
+def grade(response: str, answer: str, match: str) -> Verdict:
+    """A response's final answer against the ground truth (`match`: see the module docstring)."""
+    if match == "math":
+        from credo.tasks.math_grading import grade_math_outcomes
+
+        [outcome] = grade_math_outcomes([(response, answer)])
+        correct = outcome.value is True
+        return Verdict(reward=float(correct), correct=correct, sandbox_failed=outcome.failed)
+    given = extract_answer(response, match)
+    correct = given is not None and answers_equal(given, answer)
+    return Verdict(reward=float(correct), correct=correct)
+
+
 def answers_equal(given: str, truth: str) -> bool:
     a, b = given.strip().replace(",", ""), truth.strip().replace(",", "")
     try:
@@ -115,24 +148,15 @@ def answers_equal(given: str, truth: str) -> bool:
 
 
 @TASKS.register("jsonl")
-class JsonlTask:
+class JsonlTask(RewardedTask):
     name = "jsonl"
     checks_steps = False
     Config = JsonlConfig
 
     def __init__(self, config: JsonlConfig) -> None:
         self.config = config
-        problems = read_problems(config.path)
-        if config.eval_path is not None:
-            self.train, self.held_out = problems, read_problems(config.eval_path)
-        else:
-            order = list(range(len(problems)))
-            random.Random(0).shuffle(order)
-            cut = max(1, round(config.eval_fraction * len(problems)))
-            if cut >= len(problems):
-                raise ValueError(f"{config.path}: too few problems to hold out {config.eval_fraction:.0%} for eval")
-            self.held_out = [problems[i] for i in sorted(order[:cut])]
-            self.train = [problems[i] for i in sorted(order[cut:])]
+        self.custom_reward = CustomReward.of(config)
+        self.train, self.held_out = train_and_held_out(read_problems, config)
 
     def _with_instruction(self, problem: Problem) -> Problem:
         if not self.config.instruction:
@@ -146,13 +170,6 @@ class JsonlTask:
     def eval_problems(self) -> list[Problem]:
         return [self._with_instruction(p) for p in self.held_out]
 
-    def verify(self, problem: Problem, response: str) -> Verdict:
-        if self.config.match == "math":
-            from credo.tasks.math_grading import grade_math_outcomes
-
-            [outcome] = grade_math_outcomes([(response, problem.answer)])
-            correct = outcome.value is True
-            return Verdict(reward=float(correct), correct=correct, sandbox_failed=outcome.failed)
-        given = extract_answer(response, self.config.match)
-        correct = given is not None and answers_equal(given, problem.answer)
-        return Verdict(reward=float(correct), correct=correct)
+    def own_verify(self, problem: Problem, response: str) -> Verdict:
+        """The final answer against the ground truth (`match`)."""
+        return grade(response, problem.answer, self.config.match)

@@ -36,12 +36,13 @@ from collections.abc import Iterator
 from types import ModuleType
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from credo.extras import require
 from credo.tasks.answer_grammar import admits
 from credo.tasks.base import TASKS, Problem, Verdict, seeded_epochs
 from credo.tasks.jsonl import _NUMBER, last_boxed
+from credo.tasks.rewards import CustomReward, RewardedTask, RewardOptions
 from credo.tasks.sandbox import Sandbox
 
 log = logging.getLogger(__name__)
@@ -109,7 +110,7 @@ def _describe(error: Exception) -> str:
     return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
 
 
-class ReasoningGymConfig(BaseModel):
+class ReasoningGymConfig(RewardOptions):
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     name: str
@@ -191,7 +192,7 @@ def extract_answer(response: str, fallback: str = "none") -> str | None:
 
 
 @TASKS.register(FAMILY)
-class ReasoningGymTask:
+class ReasoningGymTask(RewardedTask):
     checks_steps = False
     variant = "dataset"
     """Configs name it "reasoning_gym:<dataset>"."""
@@ -204,6 +205,7 @@ class ReasoningGymTask:
         self._train: list[Problem] | None = None
         self._held_out: list[Problem] | None = None
         self._scorer_errors = 0
+        self.custom_reward = CustomReward.of(config)
 
     def _problem(self, entry: dict[str, Any]) -> Problem:
         question = str(entry["question"])
@@ -251,7 +253,8 @@ class ReasoningGymTask:
                     self.name, len(held_out), config.eval_size)
         return held_out
 
-    def verify(self, problem: Problem, response: str) -> Verdict:
+    def own_verify(self, problem: Problem, response: str) -> Verdict:
+        """The dataset's scorer on the response's answer, in the sandbox."""
         entry = problem.meta.get("entry")
         if entry is None:
             raise ValueError(f"{self.name}: the problem carries no reasoning-gym entry (meta['entry']); "

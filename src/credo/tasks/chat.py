@@ -1,0 +1,137 @@
+"""Chat-format prompts: a conversation (system turn, user turns, ...) where a prompt is usually one user message.
+
+A `ChatPrompt` is a string, the text of its last user message, so everything that treats a problem's prompt as
+text (revision and localisation prompts quote it, logs show it) keeps working; its `messages` hold the whole
+conversation, which `credo.rollout.generate.encode_prompts` renders with the model's chat template. A chat
+template without a system role gets the system message folded into the first user message (its content, a
+blank line, then the user's): `system_role(tokenizer)` tells which. The testbed's template has none (it renders
+every role but "user" as an assistant turn), so there a system prompt is folded; SmolLM2's and Qwen's have one.
+Without a chat template at all, a chat prompt is its messages' contents joined by blank lines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+SYSTEM_PROBE = "credo-system-probe-7c1e"
+"""A system message's content that no template writes by itself (`system_role`)."""
+
+
+class ChatPrompt(str):
+    """A prompt given as chat messages; as a string, the content of its last user message."""
+
+    messages: tuple[dict[str, str], ...]
+
+    def __new__(cls, messages: Sequence[Mapping[str, Any]]) -> ChatPrompt:
+        checked = tuple(check_messages(messages))
+        users = [m["content"] for m in checked if m["role"] == "user"]
+        prompt = super().__new__(cls, users[-1])
+        prompt.messages = checked
+        return prompt
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return ChatPrompt, ([dict(m) for m in self.messages],)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ChatPrompt):
+            return self.messages == other.messages
+        return str.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = str.__hash__
+
+    def __repr__(self) -> str:
+        return f"ChatPrompt({list(self.messages)!r})"
+
+    @property
+    def plain(self) -> str:
+        """The prompt for a tokenizer without a chat template: the messages' contents, blank-line separated."""
+        return "\n\n".join(m["content"] for m in self.messages)
+
+
+def check_messages(messages: Any) -> list[dict[str, str]]:
+    """`messages` as a list of {"role", "content"} dicts of strings (other keys dropped), ending with a user
+    message; a ValueError saying what is wrong otherwise."""
+    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence) or not messages:
+        raise ValueError(f"chat messages must be a non-empty list of {{role, content}}, got {_short(messages)}")
+    out = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, Mapping) or not isinstance(message.get("role"), str) \
+                or not isinstance(message.get("content"), str):
+            raise ValueError(f"chat message {i} must have string 'role' and 'content', got {_short(message)}")
+        out.append({"role": message["role"], "content": message["content"]})
+    if out[-1]["role"] != "user":
+        raise ValueError(f"chat messages must end with a user message (the last is {out[-1]['role']!r})")
+    return out
+
+
+def with_system(prompt: str, system_prompt: str | None) -> str:
+    """`prompt` with a system message first (a `ChatPrompt`), unless `system_prompt` is empty or the prompt
+    already begins with a system message of its own (which wins)."""
+    if not system_prompt:
+        return prompt
+    messages = list(prompt.messages) if isinstance(prompt, ChatPrompt) else [{"role": "user", "content": str(prompt)}]
+    if messages[0]["role"] == "system":
+        return prompt
+    return ChatPrompt([{"role": "system", "content": system_prompt}, *messages])
+
+
+def with_instruction(prompt: str, instruction: str | None) -> str:
+    """`prompt` with `instruction` appended to its (last) user message after a blank line."""
+    if not instruction:
+        return prompt
+    if not isinstance(prompt, ChatPrompt):
+        return f"{prompt}\n\n{instruction}"
+    messages = [dict(m) for m in prompt.messages]
+    last = max(i for i, m in enumerate(messages) if m["role"] == "user")
+    messages[last]["content"] = f"{messages[last]['content']}\n\n{instruction}"
+    return ChatPrompt(messages)
+
+
+def system_role(tokenizer: Any) -> bool:
+    """Whether the tokenizer's chat template has a system role: it renders a system message without raising,
+    keeps its content, and renders it differently from the same content as a user or an assistant turn."""
+
+    def render(role: str) -> str:
+        return tokenizer.apply_chat_template([{"role": role, "content": SYSTEM_PROBE}, {"role": "user", "content": "?"}],
+                                             tokenize=False, add_generation_prompt=True)
+
+    try:
+        system = render("system")
+    except Exception:  # e.g. "System role not supported"
+        return False
+    if SYSTEM_PROBE not in system:
+        return False
+    for role in ("user", "assistant"):
+        try:
+            if render(role) == system:
+                return False
+        except Exception:  # a template that insists on alternating roles: it told them apart
+            pass
+    return True
+
+
+def template_messages(prompt: str, system: bool) -> list[dict[str, str]]:
+    """The messages to render for `prompt`: one user message for a plain string; a `ChatPrompt`'s messages,
+    with a leading system message folded into the first user message when `system` is False."""
+    if not isinstance(prompt, ChatPrompt):
+        return [{"role": "user", "content": prompt}]
+    messages = [dict(m) for m in prompt.messages]
+    if not system and messages[0]["role"] == "system":
+        head = messages.pop(0)["content"]
+        first = next(i for i, m in enumerate(messages) if m["role"] == "user")
+        messages[first]["content"] = f"{head}\n\n{messages[first]['content']}"
+    return messages
+
+
+def plain_text(prompt: str) -> str:
+    """The text a tokenizer without a chat template encodes: the prompt, or a `ChatPrompt`'s `plain` form."""
+    return prompt.plain if isinstance(prompt, ChatPrompt) else prompt
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

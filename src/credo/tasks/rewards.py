@@ -1,0 +1,397 @@
+"""Bring your own reward: reward functions named in the task config, on any task (`task.reward`).
+
+    task:
+      name: dataset
+      path: data/train.parquet
+      reward:                                     # or one function: reward: "my_rewards:accuracy"
+        - {function: "my_rewards:accuracy", weight: 1.0}
+        - {function: "my_rewards:format", weight: 0.2}
+        - {function: "my_rewards:compute_score", style: verl}
+      correct_at: 1.0
+
+`function` is "package.module:function" (a dotted attribute after the colon also works, "mod:Class.method"),
+importable from the working directory (it is put on `sys.path` for the import), or "path/to/file.py:function"
+(relative to the working directory). The module is imported when the config is validated, so a missing module
+or function, or a function that cannot take the arguments below, is a config error naming the path.
+
+Two calling conventions (`style`):
+
+- "trl" (the default), TRL's reward functions: called once per batch of rows,
+  `fn(prompts=[...], completions=[...], **columns) -> list[float | None]`, one value per row. `prompts`
+  are the problems' prompts (strings; a chat-format row's prompt is a `credo.tasks.ChatPrompt`, a string
+  holding its last user message whose `.messages` is the whole conversation), `completions` the responses'
+  texts. `columns` are the rows' other fields, one list per column (TRL style): `answer` (the ground truth,
+  a string) and `difficulty` (the eval bucket), plus each key of the problems' `meta`, which for the
+  `dataset` task is every column of the row but the prompt's, raw, under its own name (such a column wins
+  over `answer`/`difficulty` of the same name); a row that lacks a column gets None in its list. A function
+  without `**kwargs` is passed only the columns it names. None (or NaN) means "no reward" for that row.
+- "verl", verl's `compute_score`: called once per row, `fn(data_source=..., solution_str=response,
+  ground_truth=answer, extra_info=...) -> float | dict` (a dict's "score" key). `data_source` is the row's
+  "data_source" column when it has one, else the task's name; `extra_info` the row's "extra_info" column
+  when it has one, else all its columns (as above).
+
+The reward is the weighted sum (`weight`, default 1; TRL's `reward_weights`) of the values that are not
+None; a row that every function leaves without a value gets 0, with `Verdict.unscored` set (a warning says
+how many). The custom reward replaces the task's own scoring of the reward, and `correct` is
+`reward >= correct_at`. Step checkers stay a task feature: on a task that checks steps (`arith`), the task's
+own verifier still gives `first_wrong_step` and `error_kind`.
+
+A function that raises or returns something other than a number or None (or, in the trl style, not a list
+with one value per row) follows `rollout.reward_errors`: "raise" stops with a one-line error naming the
+function and the row's prompt, "zero" scores that row 0 with a warning and counts it in
+`rollout/reward_errors`. A trl-style function that fails on a batch is called again row by row, to find the
+rows at fault (the others keep their values). Responses are only ever passed to the functions as strings:
+credo never evaluates them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import logging
+import math
+import numbers
+import os
+import sys
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from credo.tasks.base import Problem, Verdict
+
+log = logging.getLogger(__name__)
+
+TRL_PARAMETERS = ("prompts", "completions")
+
+
+class RewardFunction(BaseModel):
+    """One reward function of `task.reward` and its weight."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    function: str
+    """"package.module:function" (importable from the working directory) or "path/to/file.py:function"."""
+    weight: float = Field(1.0, allow_inf_nan=False)
+    """Its weight in the reward, a weighted sum (TRL's `reward_weights`); negative weights are penalties."""
+    style: Literal["trl", "verl"] = "trl"
+    """How it is called: "trl" (TRL's reward functions, per batch) or "verl" (verl's `compute_score`, per row).
+
+    "trl": `fn(prompts, completions, **columns) -> list[float | None]`; "verl": `compute_score(data_source,
+    solution_str, ground_truth, extra_info) -> float | dict` (its "score")."""
+
+    @model_validator(mode="after")
+    def _loadable(self) -> RewardFunction:
+        check_signature(load_function(self.function), self.function, self.style)
+        return self
+
+
+class RewardOptions(BaseModel):
+    """The options every task takes for a custom reward (`credo.tasks.rewards`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+    reward: list[RewardFunction] | None = Field(None, exclude_if=lambda value: value is None)
+    """Custom reward functions replacing the task's own reward ("pkg.mod:fn", or a list of {function, weight, style}).
+
+    One function ("my_rewards:accuracy"), or a list of `{function, weight, style}` whose weighted sum is the
+    reward; None: the task's own scoring. See `credo.tasks.rewards` for the signatures."""
+    correct_at: float = Field(1.0, allow_inf_nan=False, exclude_if=lambda value: value == 1.0)
+    """With a custom `reward`: a response is correct when its reward is at least this."""
+
+    @field_validator("reward", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        if isinstance(value, (str, Mapping)):
+            value = [value]
+        if isinstance(value, list):
+            value = [{"function": entry} if isinstance(entry, str) else entry for entry in value]
+            if not value:
+                raise ValueError("reward is an empty list; give at least one function, or leave reward out")
+        return value
+
+
+# --------------------------------------------------------------------------------------------- loading
+def load_function(path: str) -> Callable[..., Any]:
+    """The callable `path` names ("package.module:function" or "file.py:function"); a ValueError in one line
+    naming the path and what is wrong."""
+    if not isinstance(path, str) or path.count(":") != 1 or not all(part.strip() for part in path.split(":")):
+        raise ValueError(f"reward function {path!r} must look like 'package.module:function' "
+                         "(or 'path/to/file.py:function')")
+    module_name, attribute = (part.strip() for part in path.split(":"))
+    module = _import_file(module_name, path) if module_name.endswith(".py") else _import_module(module_name, path)
+    target: Any = module
+    for name in attribute.split("."):
+        if not hasattr(target, name):
+            where = getattr(module, "__file__", None) or module_name
+            raise ValueError(f"reward function {path!r}: {module_name} ({where}) has no attribute {attribute!r}")
+        target = getattr(target, name)
+    if not callable(target):
+        raise ValueError(f"reward function {path!r} is a {type(target).__name__}, not a function")
+    return target
+
+
+def _import_module(name: str, path: str) -> Any:
+    cwd = os.getcwd()
+    added = cwd not in sys.path
+    if added:
+        sys.path.insert(0, cwd)  # importable from the working directory, as with `python -m`
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as error:
+        if error.name is not None and (name == error.name or name.startswith(error.name + ".")):
+            raise ValueError(f"reward function {path!r}: no module named {error.name!r} "
+                             f"(looked in the working directory {cwd} and on sys.path)") from None
+        raise ValueError(f"reward function {path!r}: importing {name} failed: {_describe(error)}") from None
+    except Exception as error:  # the user's module raised while importing
+        raise ValueError(f"reward function {path!r}: importing {name} raised {_describe(error)}") from None
+    finally:
+        if added and cwd in sys.path:
+            sys.path.remove(cwd)
+
+
+def _import_file(name: str, path: str) -> Any:
+    file = Path(name).expanduser().resolve()
+    if not file.is_file():
+        raise ValueError(f"reward function {path!r}: no file {file}")
+    module_name = f"credo_reward_{file.stem}_{zlib.crc32(str(file).encode()):08x}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, file)
+    if spec is None or spec.loader is None:
+        raise ValueError(f"reward function {path!r}: {file} cannot be imported as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as error:
+        del sys.modules[module_name]
+        raise ValueError(f"reward function {path!r}: importing {file} raised {_describe(error)}") from None
+    return module
+
+
+REQUIRED = {"trl": "completions", "verl": "solution_str"}
+"""The keyword a function of each style must take (the others of its style are passed when it takes them)."""
+
+
+def check_signature(function: Callable[..., Any], path: str, style: str) -> None:
+    """A config error unless `function` takes its style's response keyword (`completions`, `solution_str`)."""
+    try:
+        inspect.signature(function).bind_partial(**{REQUIRED[style]: None})
+    except (TypeError, ValueError) as error:
+        if isinstance(error, ValueError):  # a builtin or an extension type without a signature: trust it
+            return
+        wanted = ("fn(prompts, completions, **columns)" if style == "trl"
+                  else "compute_score(data_source, solution_str, ground_truth, extra_info=None)")
+        raise ValueError(f"reward function {path!r} cannot be called as {wanted} ({style} style): {error}") from None
+
+
+def accepted_keywords(function: Callable[..., Any]) -> set[str] | None:
+    """The keyword arguments `function` takes; None: any (it has **kwargs, or no signature to read)."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    return {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+
+
+# --------------------------------------------------------------------------------------------- scoring
+class Failure(Exception):
+    """A reward function failed on a row: what went wrong, in words."""
+
+
+@dataclass
+class Loaded:
+    """A loaded reward function of the config."""
+
+    path: str
+    function: Callable[..., Any]
+    weight: float
+    style: str
+    keywords: set[str] | None
+    """The keyword arguments it takes, and so is passed; None: any (it has `**kwargs`), so all of them."""
+
+    def _call(self, **arguments: Any) -> Any:
+        if self.keywords is not None:
+            arguments = {name: value for name, value in arguments.items() if name in self.keywords}
+        return self.function(**arguments)
+
+    def scores(self, task: Any, problems: Sequence[Problem], texts: Sequence[str]) -> list[float | None | Failure]:
+        """Its value for each row: a number, None (no reward) or the `Failure` of that row."""
+        if self.style == "verl":
+            return [self._verl(task, problem, text) for problem, text in zip(problems, texts)]
+        try:
+            return self._trl(problems, texts)
+        except Failure as failure:
+            if len(problems) == 1:
+                return [failure]
+        out: list[float | None | Failure] = []
+        for problem, text in zip(problems, texts):  # find the rows at fault
+            try:
+                out += self._trl([problem], [text])
+            except Failure as failure:
+                out.append(failure)
+        return out
+
+    def _trl(self, problems: Sequence[Problem], texts: Sequence[str]) -> list[float | None | Failure]:
+        rows = [row_columns(problem) for problem in problems]
+        names = dict.fromkeys(name for row in rows for name in row)
+        columns = {name: [row.get(name) for row in rows] for name in names if name not in TRL_PARAMETERS}
+        try:
+            values = self._call(**columns, prompts=[p.prompt for p in problems], completions=list(texts))
+        except Exception as error:  # a user's function may raise anything
+            raise Failure(f"raised {_describe(error)}") from error
+        if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Sequence):
+            raise Failure(f"returned {_kind(values)}, not a list of {len(problems)} numbers or None")
+        if len(values) != len(problems):
+            raise Failure(f"returned {len(values)} values for {len(problems)} rows")
+        out: list[float | None | Failure] = []
+        for value in values:
+            try:
+                out.append(number(value))
+            except Failure as failure:
+                out.append(failure)
+        return out
+
+    def _verl(self, task: Any, problem: Problem, text: str) -> float | None | Failure:
+        row = row_columns(problem)
+        source = row["data_source"] if "data_source" in problem.meta else getattr(task, "name", None)
+        extra = row["extra_info"] if "extra_info" in problem.meta else row
+        try:
+            value = self._call(data_source=source, solution_str=text, ground_truth=problem.answer, extra_info=extra)
+        except Exception as error:  # a user's function may raise anything
+            failure = Failure(f"raised {_describe(error)}")
+            failure.__cause__ = error
+            return failure
+        if isinstance(value, Mapping):
+            if "score" not in value:
+                return Failure(f"returned a dict without a 'score' key (keys: {', '.join(map(str, value))})")
+            value = value["score"]
+        try:
+            return number(value)
+        except Failure as failure:
+            return failure
+
+
+def row_columns(problem: Problem) -> dict[str, Any]:
+    """A row's columns as reward functions see them: `answer`, `difficulty`, then the problem's `meta`."""
+    return {"answer": problem.answer, "difficulty": problem.difficulty, **problem.meta}
+
+
+def number(value: Any) -> float | None:
+    """A reward value as a float, None for "no reward" (None or NaN); a `Failure` for anything else."""
+    if value is None:
+        return None
+    if isinstance(value, numbers.Real):
+        value = float(value)
+        if math.isnan(value):
+            return None
+        if math.isinf(value):
+            raise Failure(f"returned {value}, not a finite number")
+        return value
+    raise Failure(f"returned {_kind(value)}, not a number or None")
+
+
+class CustomReward:
+    """The reward functions of a task's config, applied to batches of responses (see the module docstring)."""
+
+    def __init__(self, functions: Sequence[RewardFunction], correct_at: float = 1.0) -> None:
+        self.functions = []
+        for spec in functions:
+            function = load_function(spec.function)
+            self.functions.append(Loaded(spec.function, function, spec.weight, spec.style, accepted_keywords(function)))
+        self.correct_at = correct_at
+        self._unscored_warned = False
+
+    @classmethod
+    def of(cls, config: Any) -> CustomReward | None:
+        """The custom reward of a task config (a `RewardOptions`), or None when it has none."""
+        functions = getattr(config, "reward", None)
+        return cls(functions, getattr(config, "correct_at", 1.0)) if functions else None
+
+    def verdicts(self, task: Any, problems: Sequence[Problem], texts: Sequence[str],
+                 on_error: str) -> tuple[list[Verdict], int]:
+        """The verdict on every response and how many rows a failing function scored 0 (`reward_errors`)."""
+        n = len(problems)
+        totals, scored, failed = [0.0] * n, [False] * n, [False] * n
+        for loaded in self.functions:
+            for row, value in enumerate(loaded.scores(task, problems, texts)):
+                if isinstance(value, Failure):
+                    if on_error == "raise":
+                        raise RuntimeError(
+                            f"reward function {loaded.path} {value} on prompt {_short(problems[row].prompt, 160)} "
+                            f"(response {_short(texts[row], 80)}); set rollout.reward_errors=zero to score such "
+                            "responses 0 instead"
+                        ) from value.__cause__
+                    if not failed[row]:
+                        log.warning("reward function %s %s on prompt %s; reward 0", loaded.path, value,
+                                    _short(problems[row].prompt, 160))
+                    failed[row] = True
+                elif value is not None:
+                    totals[row] += loaded.weight * value
+                    scored[row] = True
+        own = own_verdicts(task, problems, texts, on_error) if getattr(task, "checks_steps", False) else None
+        verdicts, unscored = [], 0
+        for row in range(n):
+            if failed[row]:
+                verdict = Verdict(reward=0.0, correct=False)
+            elif not scored[row]:
+                unscored += 1
+                verdict = Verdict(reward=0.0, correct=False, unscored=True)
+            else:
+                verdict = Verdict(reward=totals[row], correct=totals[row] >= self.correct_at)
+            if own is not None:  # the task's step checker: where the first wrong step is
+                verdict = replace(verdict, first_wrong_step=own[0][row].first_wrong_step,
+                                  error_kind=own[0][row].error_kind, sandbox_failed=own[0][row].sandbox_failed)
+            verdicts.append(verdict)
+        if unscored:
+            level = logging.DEBUG if self._unscored_warned else logging.WARNING
+            self._unscored_warned = True
+            log.log(level, "no reward function gave a value for %d of %d responses; their reward is 0 (Verdict.unscored; "
+                    "further such messages are logged at debug level)", unscored, n)
+        errors = sum(failed) + (own[1] if own is not None else 0)
+        return verdicts, errors
+
+    def verdict(self, task: Any, problem: Problem, response: str) -> Verdict:
+        """The verdict on one response (a failing function raises)."""
+        return self.verdicts(task, [problem], [response], "raise")[0][0]
+
+
+def own_verdicts(task: Any, problems: Sequence[Problem], texts: Sequence[str], on_error: str) -> tuple[list[Verdict], int]:
+    """The task's own verdicts (`own_verify`), for its step checker."""
+    from credo.tasks.base import verify_each
+
+    return verify_each(task, task.own_verify, problems, texts, on_error)
+
+
+def _describe(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text[:200]}" if text else type(error).__name__
+
+
+def _kind(value: Any) -> str:
+    return f"a {type(value).__name__} ({_short(value, 40)})"
+
+
+def _short(value: Any, limit: int) -> str:
+    text = repr(str(value) if isinstance(value, str) else value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class RewardedTask:
+    """The `verify` every task shares: its config's reward functions when it names some (`custom_reward`, a
+    `CustomReward`), else the task's own scoring (`own_verify`). A task's step checker is part of its own
+    scoring and keeps giving `first_wrong_step` under a custom reward (`CustomReward.verdict`)."""
+
+    custom_reward: CustomReward | None = None
+
+    def verify(self, problem: Problem, response: str) -> Verdict:
+        if self.custom_reward is not None:
+            return self.custom_reward.verdict(self, problem, response)
+        return self.own_verify(problem, response)

@@ -1,0 +1,333 @@
+"""Custom reward functions from the config (`task.reward`, `credo.tasks.rewards`): loading, weights, None,
+the reward_errors policy, verl's `compute_score` style, and that every verification path uses them."""
+
+from __future__ import annotations
+
+import json
+import logging
+import pickle
+import sys
+import textwrap
+import uuid
+
+import pytest
+
+from credo.config import ConfigError, load_config
+from credo.tasks import build_task, verify_all
+from credo.tasks.base import Problem, unscored_count
+from credo.tasks.chat import ChatPrompt
+
+REWARDS = '''
+import math
+
+CALLS = []
+
+def exact(prompts, completions, answer, **columns):
+    CALLS.append(len(completions))
+    return [1.0 if c.strip() == a else 0.0 for c, a in zip(completions, answer)]
+
+def length(prompts, completions):
+    return [float(len(c)) for c in completions]
+
+def only_long(completions, **columns):
+    return [1.0 if len(c) > 3 else None for c in completions]
+
+def never(prompts, completions, **columns):
+    return [None if i % 2 else math.nan for i in range(len(completions))]
+
+def explodes(prompts, completions, **columns):
+    if any("boom" in c for c in completions):
+        raise ValueError("cannot score a boom")
+    return [0.5] * len(completions)
+
+def wrong_type(prompts, completions, **columns):
+    return ["high" if "boom" in c else 0.5 for c in completions]
+
+def wrong_length(prompts, completions, **columns):
+    return [0.5]
+
+def empty(prompts, completions, **columns):
+    return []
+
+def scalar(prompts, completions, **columns):
+    return 0.5
+
+def seen(prompts, completions, answer):
+    return [float(len(json.dumps([p, a]))) for p, a in zip(prompts, answer)]
+
+def needs_note(completions, note):
+    return [1.0] * len(completions)
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    return {"score": 2.0 if solution_str.strip() == ground_truth else 0.0, "acc": False}
+
+def compute_plain(solution_str, ground_truth):
+    return 1.0 if solution_str.strip() == ground_truth else 0.0
+
+def compute_raises(data_source, solution_str, ground_truth, extra_info=None):
+    raise KeyError("no such key")
+
+NOT_A_FUNCTION = 3
+'''
+
+
+@pytest.fixture
+def rewards(tmp_path, monkeypatch):
+    """A fresh reward module in the working directory (a unique name per test); yields its name."""
+    name = f"my_rewards_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text("import json\n" + REWARDS)
+    monkeypatch.chdir(tmp_path)
+    yield name
+    sys.modules.pop(name, None)
+
+
+def jsonl_task(tmp_path, reward, **options):
+    """A `jsonl` task of four problems (answers "1".."4"), loaded through `load_config` with `reward`."""
+    path = tmp_path / "data.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"q{i}", "answer": str(i), "difficulty": "easy" if i < 3 else "hard"})
+                            + "\n" for i in range(1, 5)))
+    config = load_config(None, [f"task={json.dumps({'name': 'jsonl', 'path': str(path), 'eval_path': str(path), 'reward': reward, **options})}"])
+    return build_task(config.task)
+
+
+def problems(task):
+    return task.eval_problems()
+
+
+# ------------------------------------------------------------------------------------------ weights
+
+
+def test_weighted_sum_and_correct_at(rewards, tmp_path):
+    task = jsonl_task(tmp_path, [{"function": f"{rewards}:exact", "weight": 2.0},
+                                 {"function": f"{rewards}:length", "weight": -0.5}], correct_at=1.5)
+    rows = problems(task)
+    verdicts, errors = verify_all(task, rows, ["1", "x", "33", "4"], "raise")
+    assert [v.reward for v in verdicts] == [2.0 - 0.5, -0.5, -1.0, 2.0 - 0.5]
+    assert [v.correct for v in verdicts] == [True, False, False, True]
+    assert errors == 0
+    # the trl-style function is called once per batch, not once per row
+    assert sys.modules[rewards].CALLS == [4]
+
+
+def test_single_function_string_replaces_the_tasks_own_reward(rewards, tmp_path):
+    task = jsonl_task(tmp_path, f"{rewards}:length")
+    [row] = problems(task)[:1]
+    # the task's own grading would give 1 for "\\boxed{1}"; the custom reward is the length
+    verdict = task.verify(row, "\\boxed{1}")
+    assert verdict.reward == 9.0 and verdict.correct  # correct_at defaults to 1.0
+
+
+def test_step_checker_stays_with_a_custom_reward(rewards, monkeypatch):
+    config = load_config(None, [f"task.reward={rewards}:length"])
+    task = build_task(config.task)
+    problem = next(task.train_problems(seed=0))
+    verdicts, _ = verify_all(task, [problem], ["nonsense"], "raise")
+    assert verdicts[0].reward == 8.0
+    assert verdicts[0].first_wrong_step == 0 and verdicts[0].error_kind == "format"  # arith's step checker
+
+
+# --------------------------------------------------------------------------------------------- None
+
+
+def test_none_is_no_reward_and_all_none_is_zero_and_counted(rewards, tmp_path, caplog):
+    task = jsonl_task(tmp_path, [{"function": f"{rewards}:only_long", "weight": 3.0}, f"{rewards}:never"])
+    rows = problems(task)
+    with caplog.at_level(logging.WARNING, logger="credo.tasks.rewards"):
+        verdicts, errors = verify_all(task, rows, ["long answer", "no", "longer", "x"], "raise")
+    assert [v.reward for v in verdicts] == [3.0, 0.0, 3.0, 0.0]
+    assert [v.unscored for v in verdicts] == [False, True, False, True]
+    assert [v.correct for v in verdicts] == [True, False, True, False]
+    assert unscored_count(verdicts) == 2 and errors == 0
+    assert "no reward function gave a value for 2 of 4 responses" in caplog.text
+
+
+# ------------------------------------------------------------------------------------ reward_errors
+
+
+@pytest.mark.parametrize(("function", "what"), [
+    ("explodes", "raised ValueError: cannot score a boom"),
+    ("wrong_type", "returned a str ('high'), not a number or None"),
+])
+def test_a_failing_function_raises_one_line_naming_function_and_prompt(rewards, tmp_path, function, what):
+    task = jsonl_task(tmp_path, f"{rewards}:{function}")
+    rows = problems(task)
+    with pytest.raises(RuntimeError) as info:
+        verify_all(task, rows, ["fine", "boom", "fine", "fine"], "raise")
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"reward function {rewards}:{function} {what} on prompt 'q2' (response 'boom')")
+    assert "rollout.reward_errors=zero" in message
+
+
+@pytest.mark.parametrize("function", ["explodes", "wrong_type"])
+def test_zero_policy_scores_only_the_failing_rows_zero(rewards, tmp_path, caplog, function):
+    task = jsonl_task(tmp_path, [f"{rewards}:{function}", f"{rewards}:length"])
+    rows = problems(task)
+    with caplog.at_level(logging.WARNING, logger="credo.tasks.rewards"):
+        verdicts, errors = verify_all(task, rows, ["fine", "boom", "ok", "fine"], "zero")
+    assert [v.reward for v in verdicts] == [4.5, 0.0, 2.5, 4.5]
+    assert [v.correct for v in verdicts] == [True, False, True, True]
+    assert errors == 1
+    assert f"reward function {rewards}:{function}" in caplog.text and "'q2'" in caplog.text
+
+
+def test_a_failed_batch_is_retried_row_by_row(rewards, tmp_path):
+    task = jsonl_task(tmp_path, f"{rewards}:wrong_length")
+    rows = problems(task)
+    # the batch call returns 1 value for 4 rows; called row by row it is right
+    verdicts, errors = verify_all(task, rows, ["a", "b", "c", "d"], "raise")
+    assert [v.reward for v in verdicts] == [0.5] * 4 and errors == 0
+
+
+def test_wrong_length_is_an_error(rewards, tmp_path):
+    task = jsonl_task(tmp_path, f"{rewards}:empty")
+    with pytest.raises(RuntimeError, match=rf"^reward function {rewards}:empty returned 0 values for 1 rows on prompt 'q1'"):
+        verify_all(task, problems(task), ["a", "b", "c", "d"], "raise")
+    verdicts, errors = verify_all(task, problems(task), ["a", "b", "c", "d"], "zero")
+    assert errors == 4 and [v.reward for v in verdicts] == [0.0] * 4
+    task = jsonl_task(tmp_path, f"{rewards}:scalar")
+    with pytest.raises(RuntimeError, match=rf"^reward function {rewards}:scalar returned a float \(0.5\), not a list of 1 "
+                                           "numbers or None on prompt 'q1'"):
+        verify_all(task, problems(task), ["a", "b", "c", "d"], "raise")
+
+
+def test_per_row_verify_raises_too(rewards, tmp_path):
+    task = jsonl_task(tmp_path, f"{rewards}:explodes")
+    with pytest.raises(RuntimeError, match=rf"^reward function {rewards}:explodes raised ValueError"):
+        task.verify(problems(task)[0], "boom")
+
+
+# ------------------------------------------------------------------------------------------ columns
+
+
+def test_columns_reach_functions_without_kwargs(rewards, tmp_path):
+    path = tmp_path / "data.jsonl"
+    path.write_text(json.dumps({"prompt": "q", "answer": "7"}) + "\n")
+    task = build_task(load_config(None, [f"task={json.dumps({'name': 'jsonl', 'path': str(path), 'eval_path': str(path), 'reward': f'{rewards}:seen'})}"]).task)
+    # `seen` takes no **kwargs: it is passed the columns it names (answer), not the others (difficulty)
+    [verdict], _ = verify_all(task, problems(task), ["r"], "raise")
+    assert verdict.reward == len(json.dumps(["q", "7"]))
+    # a column that no row has is not invented: the function's own TypeError, through reward_errors
+    task = build_task(load_config(None, [f"task={json.dumps({'name': 'jsonl', 'path': str(path), 'eval_path': str(path), 'reward': f'{rewards}:needs_note'})}"]).task)
+    with pytest.raises(RuntimeError, match="missing 1 required positional argument: 'note' on prompt 'q'"):
+        verify_all(task, problems(task), ["r"], "raise")
+
+
+# -------------------------------------------------------------------------------------------- verl
+
+
+def test_verl_style_compute_score(rewards, tmp_path):
+    task = jsonl_task(tmp_path, [{"function": f"{rewards}:compute_score", "style": "verl", "weight": 0.5},
+                                 {"function": f"{rewards}:compute_plain", "style": "verl"}])
+    verdicts, _ = verify_all(task, problems(task), ["1", "x", "3", "5"], "raise")
+    # the dict's "score" (2.0 x 0.5) plus the float; `acc` is ignored: correct is reward >= correct_at
+    assert [v.reward for v in verdicts] == [2.0, 0.0, 2.0, 0.0]
+    assert [v.correct for v in verdicts] == [True, False, True, False]
+
+
+def test_verl_style_arguments(tmp_path, monkeypatch):
+    (tmp_path / "verl_scores.py").write_text(textwrap.dedent('''
+        SEEN = []
+        def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+            SEEN.append((data_source, solution_str, ground_truth, extra_info))
+            return 1
+    '''))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "verl_scores", raising=False)
+    task = jsonl_task(tmp_path, {"function": "verl_scores:compute_score", "style": "verl"})
+    verify_all(task, problems(task)[:1], ["resp"], "raise")
+    assert sys.modules["verl_scores"].SEEN == [("jsonl", "resp", "1", {"answer": "1", "difficulty": "easy"})]
+    sys.modules.pop("verl_scores")
+
+
+def test_verl_style_failure_follows_reward_errors(rewards, tmp_path):
+    task = jsonl_task(tmp_path, {"function": f"{rewards}:compute_raises", "style": "verl"})
+    with pytest.raises(RuntimeError, match=rf"^reward function {rewards}:compute_raises raised KeyError: 'no such key' on prompt 'q1'"):
+        verify_all(task, problems(task), ["a"] * 4, "raise")
+    verdicts, errors = verify_all(task, problems(task), ["a"] * 4, "zero")
+    assert errors == 4 and all(v.reward == 0.0 for v in verdicts)
+
+
+# ----------------------------------------------------------------------------------- config errors
+
+
+@pytest.mark.parametrize(("reward", "message"), [
+    ("no_such_module_xyz:fn", "reward function 'no_such_module_xyz:fn': no module named 'no_such_module_xyz'"),
+    ("{m}:missing", "reward function '{m}:missing': {m} ({path}) has no attribute 'missing'"),
+    ("{m}.exact", "reward function '{m}.exact' must look like 'package.module:function'"),
+    ("{m}:NOT_A_FUNCTION", "reward function '{m}:NOT_A_FUNCTION' is a int, not a function"),
+    ("{m}:compute_plain", "reward function '{m}:compute_plain' cannot be called as fn(prompts, completions, **columns)"),
+])
+def test_bad_reward_is_a_config_error(rewards, tmp_path, reward, message):
+    path = str(tmp_path / f"{rewards}.py")
+    with pytest.raises(ConfigError) as info:
+        load_config(None, [f"task.reward={reward.format(m=rewards)}"])
+    assert message.format(m=rewards, path=path) in str(info.value)
+
+
+def test_bad_verl_signature_and_empty_list_are_config_errors(rewards):
+    with pytest.raises(ConfigError, match="cannot be called as compute_score"):
+        load_config(None, [f"task.reward={{function: '{rewards}:length', style: verl}}"])
+    with pytest.raises(ConfigError, match="reward is an empty list"):
+        load_config(None, ["task.reward=[]"])
+
+
+def test_module_raising_on_import_is_a_config_error(tmp_path, monkeypatch):
+    (tmp_path / "broken_rewards.py").write_text("raise RuntimeError('half written')\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"importing broken_rewards raised RuntimeError: half written"):
+        load_config(None, ["task.reward=broken_rewards:f"])
+
+
+def test_reward_from_a_file_path(tmp_path, monkeypatch):
+    (tmp_path / "scores").mkdir()
+    (tmp_path / "scores" / "mine.py").write_text("def r(completions, **kw):\n    return [0.25] * len(completions)\n")
+    monkeypatch.chdir(tmp_path)
+    task = build_task(load_config(None, ["task.reward=scores/mine.py:r"]).task)
+    assert task.verify(next(task.train_problems(seed=0)), "x").reward == 0.25
+
+
+def test_default_configs_leave_the_testbed_digest_alone():
+    from credo.testbed import TestbedConfig
+
+    # the shipped testbed models are found by this hash: new task options must not enter a default dump
+    assert TestbedConfig().digest() == "340791c1ad37"
+
+
+# ------------------------------------------------------------------------------- through a sampler
+
+
+def test_the_group_sampler_uses_the_custom_reward(rewards, tmp_path):
+    from scripted import ScriptedPolicy
+
+    from credo.rollout.groups import sample_round
+    from credo.rollout.options import RolloutConfig
+
+    task = jsonl_task(tmp_path, [f"{rewards}:exact", f"{rewards}:length"])
+    policy = ScriptedPolicy(lambda prompt: prompt[1:])  # "q3" -> "3": right (the task's own reward: 1)
+    rollout = sample_round(policy, task, problems(task)[:2], RolloutConfig(group_size=2))
+    assert rollout.rewards.tolist() == [2.0, 2.0, 2.0, 2.0]
+    assert sys.modules[rewards].CALLS == [4]
+
+
+def test_chat_prompts_reach_functions_as_strings_with_messages(tmp_path, monkeypatch):
+    (tmp_path / "chat_rewards.py").write_text(textwrap.dedent('''
+        def system_seen(prompts, completions, **kw):
+            return [float(p.messages[0]["role"] == "system") for p in prompts]
+    '''))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "chat_rewards", raising=False)
+    task = jsonl_task(tmp_path, "chat_rewards:system_seen")
+    problem = Problem(ChatPrompt([{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]), "1")
+    assert task.verify(problem, "x").reward == 1.0
+    assert pickle.loads(pickle.dumps(problem)) == problem
+    sys.modules.pop("chat_rewards")
+
+
+def test_no_reward_keeps_the_tasks_own_scoring(tmp_path):
+    path = tmp_path / "data.jsonl"
+    path.write_text(json.dumps({"prompt": "q", "answer": "7"}) + "\n")
+    task = build_task(load_config(None, [f"task={json.dumps({'name': 'jsonl', 'path': str(path), 'eval_path': str(path)})}"]).task)
+    assert task.custom_reward is None
+    assert [v.reward for v in verify_all(task, problems(task) * 2, ["\\boxed{7}", "8"], "raise")[0]] == [1.0, 0.0]
+    assert next(task.train_problems(0)).prompt == "q"
