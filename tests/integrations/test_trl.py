@@ -345,3 +345,17 @@ def test_missing_trl_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "trl", None)  # what `import trl` sees when TRL is not installed
     with pytest.raises(MissingExtra, match=r"pip install 'credo\[trl\]'"):
         importlib.import_module("credo.integrations.trl")
+
+
+def test_a_chat_prompt_reaches_trl_with_its_whole_conversation():
+    pytest.importorskip("datasets")
+    pytest.importorskip("trl")
+    from credo.integrations.trl import TaskReward
+    from credo.tasks import ArithTask
+    from credo.tasks.base import Problem
+    from credo.tasks.chat import ChatPrompt
+
+    chat = ChatPrompt([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "1+1?"}])
+    dataset = TaskReward(ArithTask()).dataset([Problem(chat, "2"), Problem("2+2?", "4")])
+    assert dataset[0]["prompt"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "1+1?"}]
+    assert dataset[1]["prompt"] == [{"role": "user", "content": "2+2?"}]

@@ -397,19 +397,26 @@ class TaskReward:
         self._problems: list[Problem] = []
 
     def dataset(self, problems: Iterable[Problem], *, chat: bool = True):
-        """A `datasets.Dataset` of the problems: conversational prompts (TRL applies the chat template) or, with
-        `chat=False`, plain text for tokenizers without one."""
+        """A `datasets.Dataset` of the problems: conversational prompts (TRL applies the chat template; a chat
+        prompt keeps its whole conversation, system turn included) or, with `chat=False`, plain text for
+        tokenizers without one."""
         from datasets import Dataset
 
         problems = list(problems)
         start = len(self._problems)
         self._problems.extend(problems)
-        prompts = [[{"role": "user", "content": p.prompt}] if chat else p.prompt for p in problems]
+        prompts = [conversation(p.prompt) if chat else p.prompt for p in problems]
         return Dataset.from_dict({"prompt": prompts, "credo_problem": list(range(start, start + len(problems)))})
 
     def __call__(self, completions: list, credo_problem: list[int], **_: Any) -> list[float]:
         texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
         return [self.task.verify(self._problems[i], text).reward for i, text in zip(credo_problem, texts)]
+
+
+def conversation(prompt: str) -> list[dict[str, str]]:
+    """A problem's prompt as TRL's conversational format: a chat prompt's messages, else one user message."""
+    messages = getattr(prompt, "messages", None)
+    return [dict(m) for m in messages] if messages else [{"role": "user", "content": str(prompt)}]
 
 
 __all__ = [
