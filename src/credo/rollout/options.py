@@ -36,6 +36,16 @@ class ResetConfig(Section):
     """Who finds a seed's first wrong thought: "random", "self" or "oracle"; None: the method's own.
 
     The method's own is "random" for RRPO and "self" for SRPO; "oracle" needs a task with a step checker."""
+    oracle_accuracy: float = Field(1.0, ge=0.0, le=1.0)
+    """Share of seeds the oracle localiser names exactly (1: perfect); the others get a wrong thought.
+
+    A study can dial localiser accuracy from the policy's own (about 0.2 on the testbed) to perfect; the
+    errors follow `oracle_earlier` (`credo.rollout.resets.noisy_oracle`)."""
+    oracle_earlier: float = Field(38 / 88, ge=0.0, le=1.0)
+    """Share of the noisy oracle's errors placed before the first wrong thought; the rest after it.
+
+    The default is the SRPO paper's measured localiser profile (12% exact, 38% earlier, 50% later: 38/88 of
+    its errors earlier)."""
     localiser_temperature: float | None = Field(None, ge=0.0)
     """Sampling temperature of the self-localiser; None: 0.3, and 0 (greedy) for the 1x8 split."""
     localiser_max_tokens: int = Field(64, ge=1)

@@ -130,7 +130,8 @@ def localise(backend, task, seeds: list[Seed], resets: ResetConfig, localiser: s
         elif localiser == "oracle":
             if seed.oracle_k is None:
                 raise ValueError(f"the oracle localiser needs a task with a step checker; {task.name} has none")
-            seed.k, seed.how = seed.oracle_k, "oracle"
+            seed.k = noisy_oracle(seed.oracle_k, n, resets.oracle_accuracy, resets.oracle_earlier, random)
+            seed.how = "oracle"
     if localiser != "self" or not seeds:
         return
     tokenizer = backend.tokenizer
@@ -148,6 +149,25 @@ def localise(backend, task, seeds: list[Seed], resets: ResetConfig, localiser: s
     cost["localisation"] += out.tokens
     for seed, reply in zip(seeds, out.texts):
         seed.k, seed.how = parse_step(reply, max(1, seed.row.episode.num_thoughts))
+
+
+def noisy_oracle(first_wrong: int, thoughts: int, accuracy: float, earlier: float, rng) -> int:
+    """The oracle localiser's answer (1-based thought) for a seed whose first wrong thought is `first_wrong` of
+    `thoughts`: exact with probability `accuracy`; otherwise a uniformly drawn earlier thought with probability
+    `earlier`, else a later one (the side that has no thought gives way to the other; a one-thought response
+    is always exact). `rng` is a `random.Random`-like source (the trainer's seeded, checkpointed stream).
+
+    >>> import random
+    >>> noisy_oracle(3, 5, 1.0, 0.5, random.Random(0)), noisy_oracle(1, 1, 0.0, 0.5, random.Random(0))
+    (3, 1)
+    """
+    if accuracy >= 1.0 or rng.random() < accuracy:
+        return first_wrong
+    before, after = first_wrong - 1, thoughts - first_wrong
+    if not before and not after:
+        return first_wrong
+    go_earlier = (rng.random() < earlier and before > 0) or after == 0
+    return rng.randint(1, first_wrong - 1) if go_earlier else rng.randint(first_wrong + 1, thoughts)
 
 
 def continue_seeds(backend, task, seeds: list[Seed], config, split, cost) -> None:

@@ -94,8 +94,12 @@ class ResetSampler(Sampler):
         return sample_resets(backend, task, stream, options, self.localiser_for(options))
 
     def check(self, options: RolloutConfig, checks_steps: bool) -> None:
-        if self.localiser_for(options) == "oracle" and not checks_steps:
+        oracle = self.localiser_for(options) == "oracle"
+        if oracle and not checks_steps:
             raise ValueError("rollout.resets.localiser = 'oracle' needs a task with a step checker")
+        if not oracle and options.resets.oracle_accuracy < 1.0:
+            raise ValueError(f"rollout.resets.oracle_accuracy = {options.resets.oracle_accuracy} applies to the oracle "
+                             f"localiser only; this run localises with {self.localiser_for(options)!r}")
 
     def estimator_switches(self, options: RolloutConfig) -> dict[str, object]:
         """The `nomask` split trains suffix rows on their prefix too (`ResetAdvantage.train_prefix`)."""
