@@ -160,3 +160,9 @@ def seeded_epochs(problems: Sequence[Problem], seed: int, start: int = 0) -> Ite
             if index >= start:
                 yield problems[i]
             index += 1
+
+
+def short_repr(value: Any, limit: int = 60) -> str:
+    """`repr(value)` cut to `limit` characters for an error message (a string subclass shown as a plain string)."""
+    text = repr(str(value) if isinstance(value, str) else value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

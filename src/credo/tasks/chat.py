@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from credo.tasks.base import short_repr
+
 SYSTEM_PROBE = "credo-system-probe-7c1e"
 """A system message's content that no template writes by itself (`system_role`)."""
 
@@ -56,12 +58,12 @@ def check_messages(messages: Any) -> list[dict[str, str]]:
     """`messages` as a list of {"role", "content"} dicts of strings (other keys dropped), ending with a user
     message; a ValueError saying what is wrong otherwise."""
     if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence) or not messages:
-        raise ValueError(f"chat messages must be a non-empty list of {{role, content}}, got {_short(messages)}")
+        raise ValueError(f"chat messages must be a non-empty list of {{role, content}}, got {short_repr(messages)}")
     out = []
     for i, message in enumerate(messages):
         if not isinstance(message, Mapping) or not isinstance(message.get("role"), str) \
                 or not isinstance(message.get("content"), str):
-            raise ValueError(f"chat message {i} must have string 'role' and 'content', got {_short(message)}")
+            raise ValueError(f"chat message {i} must have string 'role' and 'content', got {short_repr(message)}")
         out.append({"role": message["role"], "content": message["content"]})
     if out[-1]["role"] != "user":
         raise ValueError(f"chat messages must end with a user message (the last is {out[-1]['role']!r})")
@@ -130,8 +132,3 @@ def template_messages(prompt: str, system: bool) -> list[dict[str, str]]:
 def plain_text(prompt: str) -> str:
     """The text a tokenizer without a chat template encodes: the prompt, or a `ChatPrompt`'s `plain` form."""
     return prompt.plain if isinstance(prompt, ChatPrompt) else prompt
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."

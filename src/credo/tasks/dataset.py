@@ -36,20 +36,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import model_validator
 
 from credo.extras import require
-from credo.tasks.base import TASKS, Problem, Verdict, seeded_epochs
+from credo.tasks.base import TASKS, Problem, short_repr
 from credo.tasks.chat import ChatPrompt, check_messages, with_instruction, with_system
-from credo.tasks.jsonl import grade, train_and_held_out
-from credo.tasks.rewards import CustomReward, RewardedTask, RewardOptions
+from credo.tasks.jsonl import JsonlConfig, JsonlTask
 
 FORMATS = {".parquet": "parquet", ".json": "json", ".jsonl": "json", ".arrow": "arrow"}
 """File name endings and the format `format: auto` reads them as (a directory: "arrow", `save_to_disk`)."""
 
 
-class DatasetConfig(RewardOptions):
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+class DatasetConfig(JsonlConfig):
+    """The `jsonl` task's options (held-out split, `match`, `instruction`, `reward`) with other files and columns."""
 
     name: str = "dataset"
     """The task's name in `task.name`: "dataset"."""
@@ -57,8 +56,6 @@ class DatasetConfig(RewardOptions):
     """Training problems: a parquet, JSON, JSON Lines or arrow file, or a `save_to_disk` directory."""
     eval_path: str | None = None
     """Held-out problems (same format options); None: hold out `eval_fraction` of `path` (a seeded split)."""
-    eval_fraction: float = Field(0.1, gt=0.0, lt=1.0)
-    """Share of `path` held out for eval when `eval_path` is None (at least one problem; a fixed shuffle)."""
     format: Literal["auto", "parquet", "json", "jsonl", "arrow"] = "auto"
     """How the files are read; "auto": from the name (.parquet, .json, .jsonl, .arrow, a directory: arrow)."""
     prompt_column: str | None = None
@@ -71,17 +68,13 @@ class DatasetConfig(RewardOptions):
     """A system message put before every prompt (folded into the user message where the template has no system role)."""
     instruction: str | None = None
     """Text appended to every prompt's (last) user message after a blank line (None or "": the prompt alone)."""
-    match: Literal["auto", "boxed", "last_number", "math"] = "auto"
-    """How a response's answer is found and compared, as in the `jsonl` task; "math": math-verify."""
 
     @model_validator(mode="after")
-    def _check(self) -> DatasetConfig:
+    def _readable(self) -> DatasetConfig:
         datasets_module()
         for path in (self.path, self.eval_path):
             if path is not None:
                 file_format(path, self.format)
-        if self.match == "math" and not self.reward:
-            require("math_verify", "tasks", "match: math (math-verify grading)")
         return self
 
 
@@ -158,23 +151,12 @@ def lookup(row: Mapping[str, Any], column: str) -> tuple[bool, Any]:
     return True, value
 
 
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 @TASKS.register("dataset")
-class DatasetTask(RewardedTask):
-    """Problems from local `datasets` files (see the module docstring)."""
+class DatasetTask(JsonlTask):
+    """Problems from local `datasets` files (see the module docstring); split, sampled and graded as `jsonl`."""
 
     name = "dataset"
-    checks_steps = False
     Config = DatasetConfig
-
-    def __init__(self, config: DatasetConfig) -> None:
-        self.config = config
-        self.custom_reward = CustomReward.of(config)
-        self.train, self.held_out = train_and_held_out(self.read, config)
 
     def read(self, path: str) -> list[Problem]:
         """The problems of one file: its rows with the config's column mapping, system prompt and instruction."""
@@ -211,22 +193,11 @@ class DatasetTask(RewardedTask):
         if config.reward:  # custom reward functions grade: any answer (they get the raw value)
             answer = "" if answer is None else str(answer)
         elif not found or answer is None or isinstance(answer, bool) or not isinstance(answer, (str, int, float)):
-            got = "nothing" if not found else _shown(answer)
+            got = "nothing" if not found else short_repr(answer)
             raise ValueError(f"{where}: column {config.answer_column!r} must be a string or a number, got {got}")
         difficulty = "all" if difficulty_column is None else row[difficulty_column]
         if isinstance(difficulty, bool) or not isinstance(difficulty, (str, int)):
             raise ValueError(f"{where}: column {difficulty_column!r} must be a string or an integer, "
-                             f"got {_shown(difficulty)}")
+                             f"got {short_repr(difficulty)}")
         meta = {key: item for key, item in row.items() if key != prompt_column}
         return Problem(prompt, str(answer), str(difficulty), meta)
-
-    def train_problems(self, seed: int, start: int = 0) -> Iterator[Problem]:
-        """Epochs over the training problems, each in a fresh seeded order."""
-        return seeded_epochs(self.train, seed, start)
-
-    def eval_problems(self) -> list[Problem]:
-        return list(self.held_out)
-
-    def own_verify(self, problem: Problem, response: str) -> Verdict:
-        """The final answer against the ground truth, as the `jsonl` task grades it (`match`)."""
-        return grade(response, problem.answer, self.config.match)

@@ -18,6 +18,7 @@ import json
 import random
 import re
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,6 +26,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from credo.extras import require
 from credo.tasks.base import TASKS, Problem, Verdict, seeded_epochs
+from credo.tasks.chat import with_instruction
 from credo.tasks.rewards import CustomReward, RewardedTask, RewardOptions
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
@@ -156,19 +158,18 @@ class JsonlTask(RewardedTask):
     def __init__(self, config: JsonlConfig) -> None:
         self.config = config
         self.custom_reward = CustomReward.of(config)
-        self.train, self.held_out = train_and_held_out(read_problems, config)
+        self.train, self.held_out = train_and_held_out(self.read, config)
 
-    def _with_instruction(self, problem: Problem) -> Problem:
-        if not self.config.instruction:
-            return problem
-        return Problem(f"{problem.prompt}\n\n{self.config.instruction}", problem.answer, problem.difficulty)
+    def read(self, path: str) -> list[Problem]:
+        """The problems of one file, each prompt with the config's `instruction` appended."""
+        return [replace(p, prompt=with_instruction(p.prompt, self.config.instruction)) for p in read_problems(path)]
 
     def train_problems(self, seed: int, start: int = 0) -> Iterator[Problem]:
         """Epochs over the training problems, each in a fresh seeded order."""
-        return map(self._with_instruction, seeded_epochs(self.train, seed, start))
+        return seeded_epochs(self.train, seed, start)
 
     def eval_problems(self) -> list[Problem]:
-        return [self._with_instruction(p) for p in self.held_out]
+        return list(self.held_out)
 
     def own_verify(self, problem: Problem, response: str) -> Verdict:
         """The final answer against the ground truth (`match`)."""

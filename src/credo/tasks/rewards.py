@@ -62,7 +62,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from credo.tasks.base import Problem, Verdict
+from credo.tasks.base import Problem, Verdict, short_repr
 
 log = logging.getLogger(__name__)
 
@@ -325,13 +325,13 @@ class CustomReward:
                 if isinstance(value, Failure):
                     if on_error == "raise":
                         raise RuntimeError(
-                            f"reward function {loaded.path} {value} on prompt {_short(problems[row].prompt, 160)} "
-                            f"(response {_short(texts[row], 80)}); set rollout.reward_errors=zero to score such "
+                            f"reward function {loaded.path} {value} on prompt {short_repr(problems[row].prompt, 160)} "
+                            f"(response {short_repr(texts[row], 80)}); set rollout.reward_errors=zero to score such "
                             "responses 0 instead"
                         ) from value.__cause__
                     if not failed[row]:
                         log.warning("reward function %s %s on prompt %s; reward 0", loaded.path, value,
-                                    _short(problems[row].prompt, 160))
+                                    short_repr(problems[row].prompt, 160))
                     failed[row] = True
                 elif value is not None:
                     totals[row] += loaded.weight * value
@@ -376,12 +376,7 @@ def _describe(error: BaseException) -> str:
 
 
 def _kind(value: Any) -> str:
-    return f"a {type(value).__name__} ({_short(value, 40)})"
-
-
-def _short(value: Any, limit: int) -> str:
-    text = repr(str(value) if isinstance(value, str) else value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return f"a {type(value).__name__} ({short_repr(value, 40)})"
 
 
 class RewardedTask:
