@@ -265,9 +265,8 @@ def behaviour_batch(trainer: Trainer, rollout: Rollout) -> tuple[RolloutBatch, b
     mask = c.response_mask.to(trainer.device)
     finite = finite_on(mask, old_logp, entropy, ref_logp)
     if not finite:
-        old_logp = torch.nan_to_num(old_logp, nan=0.0, posinf=0.0, neginf=0.0)
-        entropy = None if entropy is None else torch.nan_to_num(entropy, nan=0.0, posinf=0.0, neginf=0.0)
-        ref_logp = None if ref_logp is None else torch.nan_to_num(ref_logp, nan=0.0, posinf=0.0, neginf=0.0)
+        old_logp, entropy, ref_logp = (None if t is None else torch.nan_to_num(t, nan=0.0, posinf=0.0, neginf=0.0)
+                                       for t in (old_logp, entropy, ref_logp))
     blame = None
     if trainer.task.checks_steps:
         rules = trainer.config.rollout.resets.thoughts
@@ -276,9 +275,8 @@ def behaviour_batch(trainer: Trainer, rollout: Rollout) -> tuple[RolloutBatch, b
                         verdict.first_wrong_step, rules)
             for row, verdict in enumerate(rollout.verdicts)
         ], device=trainer.device)
-    batch = rollout.batch(old_logp=old_logp, entropy=entropy, blame_start=blame, device=trainer.device)
-    if ref_logp is not None:
-        batch = batch.replace(ref_logp=torch.where(batch.response_mask, ref_logp, 0.0))
+    batch = rollout.batch(old_logp=old_logp, entropy=entropy, ref_logp=ref_logp, blame_start=blame,
+                          device=trainer.device)
     return batch, finite
 
 

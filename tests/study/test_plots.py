@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from credo.plots import FAMILY_COLOURS, method_family, method_styles
+from credo.methods import FAMILIES
+from credo.plots import FAMILY_COLOURS, FAMILY_NAMES, method_family, method_styles
 from credo.study import report
 
 TUNING = ["grpo", "grpo@lr=2e-4", "grpo_4mb", "grpo_4mb@lr=5e-5", "dapo", "dapo@lr=2e-4", "gspo", "gspo@lr=1e-4",
@@ -30,6 +31,11 @@ def test_labels_name_their_family_and_every_method_looks_different():
     assert list(styles)[:8] == TUNING[:8] and list(styles)[-2:] == ["oracle_blame", "oracle_blame@lr=2e-4"]
     unknown = method_styles(["a", "b", "c"])  # no registered method: a qualitative palette, not greys
     assert len({s.colour for s in unknown.values()}) == 3 and all(s.family is None for s in unknown.values())
+
+
+def test_every_family_of_the_registry_has_a_hue_and_its_name():
+    # A family added to credo.methods.FAMILIES without a colour here would fail when a study draws it.
+    assert list(FAMILY_COLOURS) == list(FAMILIES) == list(FAMILY_NAMES)
 
 
 def curves_for(labels: list[str], budget: float) -> dict:

@@ -135,18 +135,17 @@ kept are still running."""
 
 
 def decode(model, tokenizer, ids: Tensor, mask: Tensor, cache, *, max_new_tokens: int, temperature: float,
-           top_p: float, greedy: bool, stop: list[str],
-           end_ids: Collection[int] | None = None) -> list[tuple[list[int], bool]]:
+           top_p: float, greedy: bool, stop: list[str], end_ids: Collection[int]) -> list[tuple[list[int], bool]]:
     """Sample up to `max_new_tokens` after left-padded prompts `ids` (N, P) whose all-but-last tokens are in
-    the static `cache`; returns each row's response tokens and whether it ended (one of `end_ids`, default
-    the tokenizer's end token, or a stop string).
+    the static `cache`; returns each row's response tokens and whether it ended (one of `end_ids`, or a stop
+    string).
 
     A plain loop of forward passes over the cache, one token per step, rather than transformers' `generate`:
     its per-step set-up (logits processors, stopping criteria, input preparation) cost as much as a small
     model's forward pass (benchmarks/vs_trl.py). Rows that have finished leave the batch and the cache
     (`COMPACT_AT`), so the late steps of a batch with a few long responses run on those rows only.
     """
-    ends = frozenset([tokenizer.eos_token_id] if end_ids is None else end_ids)
+    ends = frozenset(end_ids)
     N, P = ids.shape
     attention = torch.zeros(N, P + max_new_tokens, dtype=torch.long, device=ids.device)  # (N, L): the cache's length
     attention[:, :P] = mask
@@ -260,7 +259,6 @@ class TransformersBackend:
             return generate(
                 self.model, self.tokenizer, prompts, max_new_tokens=max_new_tokens, temperature=temperature,
                 top_p=top_p, greedy=greedy, stop=self.stop, batch_size=self.batch_size, repeat=repeat,
-                end_ids=end_token_ids(self.model, self.tokenizer),
             )
         finally:
             self.model.train(was_training)

@@ -49,6 +49,9 @@ SCALES = ("page", "row")
 def byte_decoder() -> dict[str, int]:
     """GPT-2's byte-level alphabet read backwards: the printable character standing for each byte -> the byte.
 
+    Written out here rather than imported: transformers keeps its `bytes_to_unicode` in a different module from
+    one release to another (`models.gpt2.tokenization_gpt2` in 4.x, `convert_slow_tokenizer` in 5.x).
+
     >>> byte_decoder()["Ġ"], byte_decoder()["Ċ"], byte_decoder()["a"]
     (32, 10, 97)
     """
