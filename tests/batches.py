@@ -47,6 +47,10 @@ def random_batch(
         revision_success=success,
         edit_mask=response_mask & (torch.rand(B, T, generator=gen) < 0.4),
     )
+    steps = torch.rand(B, T, generator=gen) < 0.2  # a new step starts here
+    segments = torch.where(response_mask, steps.long().cumsum(dim=1) - steps[:, :1].long(), -1)
+    values = torch.rand(B, T + 1, generator=gen, dtype=dtype).gather(1, segments.clamp(min=0))  # one per step
+    fields.update(segment_ids=segments, step_values=torch.where(response_mask, values, 0.0))
     blame = (torch.rand(B, generator=gen) * (lengths + 2)).long() - 1  # -1 (no wrong step) .. length
     return RolloutBatch(**fields, blame_start=blame.clamp(max=lengths))
 

@@ -13,16 +13,18 @@ class ScriptedPolicy:
     """Answers each generation call from a script: `draw(problem_prompt)` for fresh draws, `continue_(text)`
     for continuations after a prefix, `localise(text)` for localiser prompts, `revise(text)` for revision
     prompts. A script may return `(text, True)` for a reply cut at the token budget (no end token). Records
-    the calls as (rows, repeat, greedy) and the user texts of revision requests."""
+    the calls as (rows, repeat, greedy), each call's `max_new_tokens` and the user texts of revision requests."""
 
     def __init__(self, draw, continue_=None, localise=None, revise=None):
         self.tokenizer = build_tokenizer()
         self.draw, self.continue_, self.localise, self.revise = draw, continue_, localise, revise
         self.calls = []
+        self.budgets = []
         self.revision_requests = []
 
     def generate(self, prompts, *, max_new_tokens, temperature=1.0, top_p=1.0, greedy=False, repeat=1):
         self.calls.append((len(prompts), repeat, greedy))
+        self.budgets.append(max_new_tokens)
         replies = []
         for ids in prompts:
             text = self.tokenizer.decode(ids)

@@ -29,9 +29,11 @@ def method_for_padding(name):
 
 def pad_batch(batch: RolloutBatch, extra: int) -> RolloutBatch:
     fields = {}
-    for name in ("response_ids", "old_logp", "entropy", "ref_logp", "response_mask", "loss_mask", "edit_mask"):
+    for name in ("response_ids", "old_logp", "entropy", "ref_logp", "response_mask", "loss_mask", "edit_mask",
+                 "step_values", "segment_ids"):
         value = getattr(batch, name)
-        fields[name] = F.pad(value, (0, extra), value=False if value.dtype == torch.bool else 0)
+        fill = False if value.dtype == torch.bool else -1 if name == "segment_ids" else 0
+        fields[name] = F.pad(value, (0, extra), value=fill)
     return batch.replace(**fields)
 
 
@@ -61,7 +63,11 @@ def test_groups_with_equal_rewards_give_exactly_zero_gradient(seed, name):
     level = torch.tensor([0.0, 1.0, 0.5, 0.0], dtype=torch.float64)
     _, group_index = torch.unique(batch.group_id, return_inverse=True)
     rewards = level[group_index % 4]  # every group constant, groups at different levels
-    batch = batch.replace(rewards=rewards, correct=rewards >= 1, revision_success=torch.zeros_like(rewards))
+    # Step values (vine) are what every state of such a group is worth: its outcome. With other values a step
+    # still gains or loses value inside a group of equal outcomes, and vine credits it by design.
+    values = torch.where(batch.response_mask, rewards.unsqueeze(1), 0.0)
+    batch = batch.replace(rewards=rewards, correct=rewards >= 1, revision_success=torch.zeros_like(rewards),
+                          step_values=values)
     method = get_method(name)
     credited, _ = method.credit(batch)
     logp = moved_logp(batch, seed)

@@ -84,6 +84,50 @@ def test_resume_after_sigkill_matches_uninterrupted_run(tmp_path, method):
     assert resumed["rollout_tokens"] == straight["rollout_tokens"]
 
 
+def records_of(run_dir) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+BUDGET = ["train.steps=6", "train.eval_every=100", "train.checkpoint_every=100"]
+"""Six steps of 60-72 rollout tokens, evaluated and checkpointed only at the start and after the last."""
+
+
+def test_a_rollout_token_budget_ends_the_run_at_the_step_that_reaches_it(tmp_path):
+    summary, run_dir = run(tmp_path, None, BUDGET + ["train.rollout_tokens=150"])
+    records = records_of(run_dir)
+    steps = [r for r in records if "eval" not in r]
+    last = steps[-1]["step"]
+    assert 1 < last < 6 and [r["step"] for r in steps] == list(range(1, last + 1))
+    assert steps[-1]["rollout_tokens"] >= 150 > steps[-2]["rollout_tokens"]
+    evals = [(r["step"], r["rollout_tokens"]) for r in records if "eval" in r]
+    assert evals == [(0, 0), (last, steps[-1]["rollout_tokens"])]
+    assert [p.name for p in sorted((run_dir / "checkpoints").glob("step_*"))] == [f"step_{last:06d}"]
+    assert (summary["steps"], summary["rollout_tokens"]) == (last, steps[-1]["rollout_tokens"])
+    assert summary["eval_end"] == records[-1]["eval"]
+
+
+def test_a_budget_the_steps_do_not_reach_changes_nothing(tmp_path):
+    _, plain_dir = run(tmp_path, None, [], name="plain")
+    summary, budget_dir = run(tmp_path, None, ["train.rollout_tokens=100000"], name="budget")
+    assert summary["steps"] == 3
+    assert [untimed(r) for r in records_of(budget_dir)] == [untimed(r) for r in records_of(plain_dir)]
+
+
+def test_a_run_stopped_by_its_budget_resumes_with_a_larger_one(tmp_path):
+    _, straight_dir = run(tmp_path, None, BUDGET + ["train.rollout_tokens=300"], name="straight")
+    _, run_dir = run(tmp_path, None, BUDGET + ["train.rollout_tokens=150"])
+    first = [r["step"] for r in records_of(run_dir) if "eval" not in r][-1]
+    resumed = train(load_config(run_dir / "config.yaml", ["train.rollout_tokens=300"]), run_dir, resume=True,
+                    show_progress=False)
+    straight, records = records_of(straight_dir), records_of(run_dir)
+    assert first < resumed["steps"] < 6 and resumed["rollout_tokens"] >= 300
+    steps = [untimed(r) for r in records if "eval" not in r]
+    assert steps == [untimed(r) for r in straight if "eval" not in r]  # the same steps as one run to 300 tokens
+    assert [r["step"] for r in records if "eval" in r] == [0, first, resumed["steps"]]
+    again = train(load_config(run_dir / "config.yaml"), run_dir, resume=True, show_progress=False)
+    assert again["steps"] == resumed["steps"] and records_of(run_dir) == records  # past its budget: no step
+
+
 @pytest.mark.parametrize("limit", ["optim.micro_batch_size=1", "optim.micro_batch_tokens=60"])
 def test_micro_batches_give_the_same_update(tmp_path, limit):
     whole, _ = run(tmp_path, None, ["train.steps=2"], name="whole")

@@ -36,7 +36,8 @@ FIELD_SOURCES: dict[str, str] = {
     "ref_logp": "a frozen reference policy's log-probs",
     "blame_start": "a task's step checker: the first wrong step of every failure",
     "prefix_len": "the reset sampler's kept prefixes",
-    "segment_ids": "the reset sampler's thought segments",
+    "segment_ids": "a sampler's thought segments (the reset sampler's thoughts, the vine sampler's steps)",
+    "step_values": "the vine sampler's Monte-Carlo values of each step's starting state",
     "revision_success": "the revision sampler's revision outcomes",
     "edit_mask": "the revision sampler's edited-token masks",
     "loss_mask": "a credit estimator's trained tokens",
@@ -48,7 +49,7 @@ record by these names (`reads`, `writes`, `records`); `credo.methods.Method` der
 them, and the trainer, the config and the engine adapters check those needs instead of the method's name."""
 
 # Fields by role; used for validation and for selecting rows (mini-batches).
-_TOKEN_FLOAT = ("old_logp", "entropy", "ref_logp", "advantages")
+_TOKEN_FLOAT = ("old_logp", "entropy", "ref_logp", "advantages", "step_values")
 _TOKEN_BOOL = ("response_mask", "loss_mask", "trace_mask", "edit_mask")
 _ROW_FLOAT = ("rewards", "revision_success")
 _PROMPT = ("prompt_ids", "prompt_mask")
@@ -80,7 +81,10 @@ class RolloutBatch:
     correct: Tensor | None = None
     """(B,) bool: the verifier's verdict (IBPO needs it where rewards are not binary)."""
     segment_ids: Tensor | None = None
-    """(B, T) int64: thought index of each response token (0-based, non-decreasing), -1 off the response."""
+    """(B, T) int64: thought (or step) index of each response token (0-based, non-decreasing), -1 off the response."""
+    step_values: Tensor | None = None
+    """(B, T) float: the Monte-Carlo value of the state each token's step (`segment_ids`) starts from, the same
+    on every token of a step (vine); 0 off the response."""
     prefix_len: Tensor | None = None
     """(B,) int64: leading response tokens that are a kept prefix (reset continuations), 0 for fresh rows."""
     blame_start: Tensor | None = None

@@ -103,7 +103,7 @@ class OptimConfig(Section):
 
 class TrainConfig(Section):
     steps: int = Field(100, ge=1)
-    """Rollout batches (each gives `minibatches * epochs` optimiser steps)."""
+    """Rollout batches (each gives `minibatches * epochs` optimiser steps); fewer if `rollout_tokens` runs out."""
     seed: int = 0
     """Seed of the data order, torch's and Python's random streams and vLLM's sampler (evaluations derive theirs)."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -116,6 +116,14 @@ class TrainConfig(Section):
     """How many of the newest checkpoints are kept; older ones are deleted."""
     log_samples: int = Field(4, ge=0)
     """Responses written to samples.jsonl per step (with rewards and per-token advantages)."""
+    rollout_tokens: int | None = Field(None, ge=1)
+    """Stop after the step at which the run's generated rollout tokens reach this budget; None: no budget.
+
+    The tokens are `rollout_tokens` of metrics.jsonl and summary.json: every token the method's sampler
+    generated for training (evaluations not counted), so methods that spend different amounts per step can
+    be compared at equal rollout tokens. `steps` stays the upper bound, and the learning-rate schedule still
+    spans `steps`. The step that reaches the budget is the run's last: it is evaluated and checkpointed as
+    the last of `steps` would be. `--resume` may raise it (or lower it: a run already past it does no step)."""
     max_nan_steps: int = Field(3, ge=1)
     """Consecutive steps with a skipped update (see `max_grad_norm`) after which the run stops."""
     max_grad_norm: float | None = Field(None, gt=0.0)
@@ -339,12 +347,13 @@ def dump(config: RunConfig) -> str:
 
 RESUMABLE = (
     "train.steps", "train.eval_every", "train.checkpoint_every", "train.keep_checkpoints", "train.log_samples",
-    "train.max_nan_steps", "train.max_grad_norm", "train.report_to", "train.tracker_project", "train.logprob_chunk",
+    "train.rollout_tokens", "train.max_nan_steps", "train.max_grad_norm", "train.report_to", "train.tracker_project",
+    "train.logprob_chunk",
     "optim.micro_batch_size", "optim.micro_batch_tokens", "rollout.generation_batch_size", "rollout.vllm.gpu_memory_utilization",
     "rollout.vllm.enable_sleep_mode",
 )
-"""The keys a resumed run may change: its length, how often it evaluates, checkpoints and logs, its NaN guard,
-and memory bounds that leave the update as it is. Any other key shaped the steps already trained."""
+"""The keys a resumed run may change: its length and token budget, how often it evaluates, checkpoints and logs,
+its NaN guard, and memory bounds that leave the update as it is. Any other key shaped the steps already trained."""
 
 _FROZEN_BECAUSE = {
     "method": "the method shaped the steps already trained",

@@ -9,7 +9,8 @@ equal GRPO; by the fourth mini-batch the policy has moved and their traces act. 
 batch its sampler would produce: for RRPO/SRPO the four rows continue a failed seed's first two tokens
 (`prefix_len = 2`); for IBPO, two of three revisions of row 1 verify (s = 2/3) and changed its tokens
 4-5, while row 3 could not be repaired (s = 0); for oracle blame, the step checker puts the first wrong step of
-row 1 at token 3 and of row 3 at token 5; S-trace keeps the top-20% entropy tokens.
+row 1 at token 3 and of row 3 at token 5; S-trace keeps the top-20% entropy tokens; for vine, each response is
+three steps of two tokens whose Monte-Carlo values (`STEP_VALUES`) drop across each failure's wrong step.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from credo.methods import METHODS, Method
 TOKENS = 6
 REWARDS = (1.0, 0.0, 1.0, 0.0)
 PREFIX = 2
+STEP_VALUES = ((1 / 3, 0.5, 0.75), (2 / 3, 0.75, 0.0), (1 / 3, 0.5, 1.0), (2 / 3, 0.5, 0.75))
+"""Each row's value before each of its three steps (the first: its siblings' mean reward), for vine."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,8 @@ def toy_batch(method: Method) -> RolloutBatch:
         revision_success=torch.tensor([0.0, 2.0 / 3.0, 0.0, 0.0]),
         edit_mask=edit,
         blame_start=torch.tensor([-1, 2, -1, 4]),
+        segment_ids=torch.arange(TOKENS).div(2, rounding_mode="floor").repeat(B, 1),
+        step_values=torch.tensor(STEP_VALUES).repeat_interleave(2, dim=1),
     )
 
 

@@ -22,10 +22,11 @@ from credo.batch import FIELD_SOURCES, RolloutBatch
 from credo.credit import EntropySelection, GroupAdvantage, OracleBlameAdvantage, ResetAdvantage, RevisionAdvantage
 from credo.credit.base import CreditEstimator, Metrics
 from credo.credit.entropy_weights import EntropyWeightedAdvantage
+from credo.credit.vine import VineAdvantage
 from credo.losses import LambdaLoss, LossOutput, PolicyLoss, PPOClipLoss, ReinforceLoss, TraceLoss
 from credo.registry import Registry
 from credo.rollout.options import RolloutConfig
-from credo.rollout.samplers import GroupSampler, ResetSampler, RevisionSampler, Sampler
+from credo.rollout.samplers import GroupSampler, ResetSampler, RevisionSampler, Sampler, VineSampler
 
 FAMILIES: dict[str, str] = {
     "baseline": "the critic-free methods the others are measured against (one credit per response)",
@@ -33,6 +34,7 @@ FAMILIES: dict[str, str] = {
     "token": "per-token advantages reweighted by the policy's own signals (e.g. its entropies)",
     "reset": "resets of a failed rollout to a thought, continuations trained on their suffix",
     "revision": "counterfactual revisions of failed rollouts shape rewards and mask tokens",
+    "value": "step values estimated by sampling continuations from the states between thoughts (Monte Carlo)",
     "oracle": "credit from a task's step checker: the yardsticks",
 }
 """The method families (`Method.family`), each in one phrase."""
@@ -260,4 +262,9 @@ _add(Method(
     "gtpo", "token", "2508.04349",
     "GTPO-style: each token's advantage is weighted by its entropy relative to its response's mean (mean weight 1)",
     GroupSampler(), EntropyWeightedAdvantage(), PPOClipLoss(),
+))
+_add(Method(
+    "vine", "value", "2410.01679",
+    "VinePPO: each thought's tokens get the change in a Monte-Carlo value (K continuations per state), whitened",
+    VineSampler(), VineAdvantage(), PPOClipLoss(agg="token_mean"),
 ))

@@ -96,9 +96,13 @@ def train(config: RunConfig, run_dir, *, resume: bool = False, show_progress: bo
 
 def train_steps(trainer: Trainer, state: TrainState, stream: ProblemStream, eval_problems, trackers: Trackers,
                 progress: TrainProgress) -> None:
-    """The steps from `state.step` to `train.steps`: each logged, evaluated and checkpointed on its schedule."""
+    """The steps from `state.step` until the run is `finished`: each logged, evaluated and checkpointed on its
+    schedule, the last one always."""
     config = trainer.config
-    while state.step < config.train.steps:
+    if finished(config, state):
+        log.info("%s has already trained %d steps, %d rollout tokens: nothing left to train",
+                 trainer.run.root, state.step, state.rollout_tokens)
+    while not finished(config, state):
         started = time.perf_counter()
         rollout = sample_rollout(trainer, stream)
         generated = time.perf_counter()
@@ -121,11 +125,22 @@ def train_steps(trainer: Trainer, state: TrainState, stream: ProblemStream, eval
         trackers.log(record, state.step)
         log_samples(trainer, state.step, rollout, batch, credit)
         progress.advance(record)
-        if state.step % config.train.eval_every == 0 or state.step == config.train.steps:
+        last = finished(config, state)
+        if last and state.step < config.train.steps:
+            log.info("step %d: %d rollout tokens reach train.rollout_tokens = %d; stopping",
+                     state.step, state.rollout_tokens, config.train.rollout_tokens)
+        if state.step % config.train.eval_every == 0 or last:
             report_eval(trainer, eval_problems, state, trackers, progress)
-        if state.step % config.train.checkpoint_every == 0 or state.step == config.train.steps:
+        if state.step % config.train.checkpoint_every == 0 or last:
             save_checkpoint(trainer.run, trainer.model, trainer.optimizer, trainer.scheduler, state,
                             config.train.keep_checkpoints)
+
+
+def finished(config: RunConfig, state: TrainState) -> bool:
+    """Whether the run has trained its last step: `train.steps` of them, or the step whose generated rollout
+    tokens reached `train.rollout_tokens`."""
+    budget = config.train.rollout_tokens
+    return state.step >= config.train.steps or (budget is not None and state.rollout_tokens >= budget)
 
 
 # ------------------------------------------------------------------------------------------- set-up

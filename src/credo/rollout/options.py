@@ -1,5 +1,6 @@
 """The sampling options of a run (`rollout:` in a config): generation, the group sampler's DAPO options,
-and the sections the reset and revision samplers own (`rollout.resets`, `rollout.revisions`).
+and the sections the reset, revision and vine samplers own (`rollout.resets`, `rollout.revisions`,
+`rollout.vine`).
 
 They live with the samplers that read them, so the rollout layer needs nothing from `credo.config`, which
 only assembles the sections into a `RunConfig`.
@@ -16,7 +17,7 @@ from credo.rollout.revise import REVISE_PROMPT, check_rewrites, check_template
 from credo.rollout.thoughts import ThoughtRules
 from credo.schema import Section
 
-Localiser = Literal["random", "self", "oracle"]
+Localiser = Literal["random", "self", "oracle", "sampled"]
 LOCALISERS: tuple[str, ...] = get_args(Localiser)
 """The first-wrong-thought localisers of the reset sampler (`credo.rollout.resets`)."""
 
@@ -33,9 +34,10 @@ class ResetConfig(Section):
     max_draws: int = Field(12, ge=1)
     """Most fresh rollouts drawn per prompt to find its seeds; a prompt with too few failures becomes a plain group."""
     localiser: Localiser | None = None
-    """Who finds a seed's first wrong thought: "random", "self" or "oracle"; None: the method's own.
+    """Who finds a seed's first wrong thought: "random", "self", "oracle" or "sampled"; None: the method's own.
 
-    The method's own is "random" for RRPO and "self" for SRPO; "oracle" needs a task with a step checker."""
+    The method's own is "random" for RRPO and "self" for SRPO; "oracle" needs a task with a step checker;
+    "sampled" reads Monte-Carlo values of the states between the seed's thoughts (`localiser_samples`)."""
     oracle_accuracy: float = Field(1.0, ge=0.0, le=1.0)
     """Share of seeds the oracle localiser names exactly (1: perfect); the others get a wrong thought.
 
@@ -46,6 +48,15 @@ class ResetConfig(Section):
 
     The default is the SRPO paper's measured localiser profile (12% exact, 38% earlier, 50% later: 38/88 of
     its errors earlier)."""
+    localiser_samples: int = Field(4, ge=1)
+    """Continuations per state of the sampled localiser (its K); each of a seed's n thoughts costs K of them.
+
+    The seed's first wrong thought is the one after which the mean reward of the continuations falls the most
+    (`credo.rollout.values.largest_drop`); every continuation token counts as localisation cost."""
+    localiser_threshold: float | None = Field(None, ge=0.0)
+    """The sampled localiser picks the first thought after which the estimate falls below this, where one does.
+
+    None: always the largest fall; where no estimate falls below it, the largest fall too."""
     localiser_temperature: float | None = Field(None, ge=0.0)
     """Sampling temperature of the self-localiser; None: 0.3, and 0 (greedy) for the 1x8 split."""
     localiser_max_tokens: int = Field(64, ge=1)
@@ -83,6 +94,22 @@ class RevisionConfig(Section):
     @classmethod
     def _rewrite(cls, rewrites: list[tuple[str, str]]) -> list[tuple[str, str]]:
         return check_rewrites(rewrites)
+
+
+class VineConfig(Section):
+    """Options of the vine sampler (`rollout.vine`): Monte-Carlo step values (VinePPO, arXiv 2410.01679)."""
+
+    k: int = Field(9, ge=1)
+    """Continuations sampled from each state between two thoughts to estimate its value (the paper's K = 9)."""
+    failures_only: bool = False
+    """Estimate step values for failed responses only; a correct response is one step from the prompt."""
+    max_boundaries: int | None = Field(None, ge=1)
+    """Estimate at most this many states per response, drawn at random among its thought boundaries (None: all).
+
+    The thoughts between two estimated states form one step and share its advantage; this bounds the cost
+    (`k` continuations per state) on long responses."""
+    thoughts: ThoughtRules = ThoughtRules()
+    """How a response is cut into thoughts (its steps) and when its episode ends, as for resets."""
 
 
 class VllmConfig(Section):
@@ -133,3 +160,5 @@ class RolloutConfig(Section):
     """Options of the reset sampler (`credo.rollout.samplers.ResetSampler`: RRPO, SRPO)."""
     revisions: RevisionConfig = RevisionConfig()
     """Options of the revision sampler (`credo.rollout.samplers.RevisionSampler`: IBPO)."""
+    vine: VineConfig = VineConfig()
+    """Options of the vine sampler (`credo.rollout.samplers.VineSampler`: Monte-Carlo step values)."""

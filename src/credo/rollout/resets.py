@@ -3,7 +3,8 @@
 For every prompt of a step, batched across prompts:
 1. Draw fresh rollouts (thought MDP episodes) in a few batched rounds, at most `max_draws`; plan seeds and
    base rows with `credo.rollout.reset_plan` (a prompt without a failure becomes a plain group).
-2. Localise each seed's first wrong thought `k` (`random`, `self` or `oracle`; never trained on).
+2. Localise each seed's first wrong thought `k` (`random`, `self`, `oracle` with an accuracy to dial, or
+   `sampled` from Monte-Carlo values; never trained on).
 3. Keep the seed's thoughts `1..k-1` as a prefix (token ids, no re-tokenisation) and sample the
    continuations of `prompt + prefix` together, the prefix's KV cache shared across its continuations.
    A continuation's reward is the reward of the whole response (prefix + continuation).
@@ -20,28 +21,14 @@ from dataclasses import dataclass, field
 import torch
 
 from credo.passk import pass_at_k
-from credo.rollout.generate import Completions, encode_prompts
+from credo.rollout.generate import encode_prompts
 from credo.rollout.groups import ProblemStream, Rollout
 from credo.rollout.localise import localisation_prompt, parse_step
 from credo.rollout.options import ResetConfig
 from credo.rollout.reset_plan import SPLITS, draws_needed, plan
-from credo.rollout.thoughts import Episode, ThoughtRules, episode, token_pieces
-from credo.tasks import Problem, Task, Verdict, sandbox_failures, verify_all
-
-
-@dataclass
-class Row:
-    """One sampled response: the episode kept, its verdict, and where it belongs."""
-
-    problem: Problem
-    prompt: list[int]
-    episode: Episode
-    text: str
-    verdict: Verdict
-    truncated: bool
-    prefix_len: int = 0
-    tokens: int = 0
-    """Tokens generated for this row (a continuation: its own tokens, not the prefix)."""
+from credo.rollout.rows import Row, assemble, continue_rows, make_rows, per_token
+from credo.rollout.values import boundary_values, first_below, largest_drop
+from credo.tasks import Task, sandbox_failures
 
 
 @dataclass
@@ -65,7 +52,7 @@ def sample_resets(backend, task: Task, stream: ProblemStream, config, localiser:
     draws = draw_rounds(backend, task, problems, prompts, config, resets, split, cost)
     plans = [plan([r.verdict.correct for r in d], split, resets.max_draws) for d in draws]
     seeds = [Seed(i, draws[i][s]) for i, p in enumerate(plans) for s in p.seeds]
-    localise(backend, task, seeds, resets, localiser, cost)
+    localise(backend, task, seeds, config, localiser, cost)
     continue_seeds(backend, task, seeds, config, split, cost)
     groups: list[list[Row]] = []  # per prompt: its base (or plain) group, then its suffix groups
     for i, p in enumerate(plans):
@@ -74,7 +61,7 @@ def sample_resets(backend, task: Task, stream: ProblemStream, config, localiser:
         groups += [s.continuations for s in seeds if s.prompt_index == i]
         cost["base"] += sum(draws[i][j].tokens for j in p.base)
         cost["seed"] += sum(r.tokens for j, r in enumerate(draws[i]) if j not in p.base)
-    rollout = assemble(groups, backend.tokenizer.pad_token_id, sum(cost.values()))
+    rollout = reset_rollout(groups, backend.tokenizer.pad_token_id, sum(cost.values()))
     rollout.metrics = reset_metrics(plans, seeds, cost, task.checks_steps)
     verified = [r for d in draws for r in d] + [r for s in seeds for r in s.continuations]
     rollout.metrics["verify/sandbox_failures"] = sandbox_failures([r.verdict for r in verified])
@@ -98,33 +85,14 @@ def draw_rounds(backend, task, problems, prompts, config, resets, split, cost) -
                 draws[chosen[slot // count]].append(row)
 
 
-def make_rows(tokenizer, task, problems, out: Completions, rules: ThoughtRules, on_error: str,
-              prefixes: list[list[int]] | None = None) -> list[Row]:
-    """Rows from generated completions: (prefix +) response cut to its episode, verified."""
-    rows = []
-    for n, problem in enumerate(problems):
-        generated = out.response_ids[n][out.response_mask[n]].tolist()
-        prefix = prefixes[n] if prefixes else []
-        full = prefix + generated
-        kept = episode(full, token_pieces(tokenizer, full), rules)
-        prompt = out.prompt_ids[n][out.prompt_mask[n]].tolist()
-        rows.append(Row(problem, prompt[: len(prompt) - len(prefix)], kept,
-                        tokenizer.decode(kept.ids, skip_special_tokens=True), None, bool(out.truncated[n]),
-                        prefix_len=len(prefix), tokens=len(generated)))
-    verdicts, _ = verify_all(task, [r.problem for r in rows], [r.text for r in rows], on_error)
-    for row, verdict in zip(rows, verdicts):
-        row.verdict = verdict
-    return rows
-
-
-def localise(backend, task, seeds: list[Seed], resets: ResetConfig, localiser: str, cost) -> None:
-    """Set each seed's `k` (and `oracle_k` where the task checks steps). The random localiser draws from
-    Python's global RNG, which the trainer seeds and checkpoints."""
+def localise(backend, task, seeds: list[Seed], config, localiser: str, cost) -> None:
+    """Set each seed's `k` (and `oracle_k` where the task checks steps). The random and noisy-oracle localisers
+    draw from Python's global RNG, which the trainer seeds and checkpoints."""
+    resets: ResetConfig = config.resets
     for seed in seeds:
         n = max(1, seed.row.episode.num_thoughts)  # an empty response is one empty thought
         if task.checks_steps:
-            wrong = seed.row.verdict.first_wrong_step
-            seed.oracle_k = min(n, wrong + 1) if wrong is not None else n
+            seed.oracle_k = seed.row.first_wrong_thought() or n
         if localiser == "random":
             seed.k, seed.how = random.randint(1, n), "random"
         elif localiser == "oracle":
@@ -132,8 +100,30 @@ def localise(backend, task, seeds: list[Seed], resets: ResetConfig, localiser: s
                 raise ValueError(f"the oracle localiser needs a task with a step checker; {task.name} has none")
             seed.k = noisy_oracle(seed.oracle_k, n, resets.oracle_accuracy, resets.oracle_earlier, random)
             seed.how = "oracle"
-    if localiser != "self" or not seeds:
-        return
+    if localiser == "sampled":
+        localise_by_values(backend, task, seeds, config, cost)
+    elif localiser == "self" and seeds:
+        localise_by_asking(backend, seeds, resets, cost)
+
+
+def localise_by_values(backend, task, seeds: list[Seed], config, cost) -> None:
+    """The `sampled` localiser: Monte-Carlo values (`credo.rollout.values`) of the states before each of a seed's
+    thoughts, from `localiser_samples` continuations each; the seed's first wrong thought is the first whose
+    value falls below `localiser_threshold` (if set and reached), else the one after which it falls the most
+    (the seed's own reward standing for the value after its last thought). Its continuations are never trained
+    on; their tokens count as localisation."""
+    resets: ResetConfig = config.resets
+    requests = [(s.row, range(max(1, s.row.episode.num_thoughts))) for s in seeds]
+    values, tokens = boundary_values(backend, task, requests, resets.localiser_samples, config, resets.thoughts)
+    cost["localisation"] += tokens
+    for seed, estimates in zip(seeds, values):
+        final = seed.row.verdict.reward
+        below = first_below(estimates, final, resets.localiser_threshold) if resets.localiser_threshold is not None else None
+        seed.k, seed.how = (below, "threshold") if below is not None else (largest_drop(estimates, final), "drop")
+
+
+def localise_by_asking(backend, seeds: list[Seed], resets: ResetConfig, cost) -> None:
+    """The `self` localiser: the policy is asked for each seed's first wrong thought (`credo.rollout.localise`)."""
     tokenizer = backend.tokenizer
     texts = []
     for seed in seeds:
@@ -171,37 +161,24 @@ def noisy_oracle(first_wrong: int, thoughts: int, accuracy: float, earlier: floa
 
 
 def continue_seeds(backend, task, seeds: list[Seed], config, split, cost) -> None:
-    """Sample every seed's continuations from `prompt + prefix` in one batch (shared prefix caches)."""
-    if not seeds:
-        return
-    prefixes = [s.row.episode.prefix(s.k - 1) for s in seeds]
-    out = backend.generate([s.row.prompt + p for s, p in zip(seeds, prefixes)], max_new_tokens=config.max_new_tokens,
-                           temperature=config.temperature, top_p=config.top_p, repeat=split.continuations)
+    """Sample every seed's continuations from `prompt + prefix`, batched (shared prefix caches), each within what
+    its response's token budget leaves after the prefix (`credo.rollout.rows.continue_rows`)."""
     c = split.continuations
-    rows = make_rows(backend.tokenizer, task, [s.row.problem for s in seeds for _ in range(c)], out,
-                     config.resets.thoughts, config.reward_errors, prefixes=[p for p in prefixes for _ in range(c)])
+    starts = [(s.row, s.row.episode.prefix(s.k - 1)) for s in seeds]
+    rows = continue_rows(backend, task, starts, c, config, config.resets.thoughts)
     for i, seed in enumerate(seeds):
         seed.continuations = rows[i * c : (i + 1) * c]
     cost["suffix"] += sum(r.tokens for r in rows)
 
 
-def assemble(groups: list[list[Row]], pad: int, tokens: int) -> Rollout:
-    """One rollout of the groups' rows, with group ids, prefix lengths and thought ids per token."""
+def reset_rollout(groups: list[list[Row]], pad: int, tokens: int) -> Rollout:
+    """The groups' rows as one rollout, with each row's kept prefix length and the thought of every token."""
+    rollout = assemble(groups, pad, tokens)
     rows = [r for g in groups for r in g]
-    completions = Completions.from_lists([r.prompt for r in rows], [r.episode.ids for r in rows],
-                                         [r.text for r in rows], [r.truncated for r in rows], pad)
-    segments = torch.full(completions.response_ids.shape, -1, dtype=torch.long)
-    for n, r in enumerate(rows):
-        segments[n, : len(r.episode.ids)] = torch.tensor(r.episode.segment_ids(), dtype=torch.long)
-    return Rollout(
-        problems=[r.problem for r in rows],
-        completions=completions,
-        verdicts=[r.verdict for r in rows],
-        rewards=torch.tensor([r.verdict.reward for r in rows], dtype=torch.float32),
-        group_id=torch.arange(len(groups)).repeat_interleave(torch.tensor([len(g) for g in groups])),
-        generated_tokens=tokens,
-        records={"prefix_len": torch.tensor([r.prefix_len for r in rows], dtype=torch.long), "segment_ids": segments},
-    )
+    width = rollout.completions.response_ids.shape[1]
+    rollout.records = {"prefix_len": torch.tensor([r.prefix_len for r in rows], dtype=torch.long),
+                       "segment_ids": per_token([r.episode.segment_ids() for r in rows], width, -1, torch.long)}
+    return rollout
 
 
 def reset_metrics(plans, seeds: list[Seed], cost: Counter, checks_steps: bool) -> dict[str, float]:

@@ -13,6 +13,8 @@ adapters ask the sampler and never branch on its name.
   thought (`rollout.resets`, `credo.rollout.resets`); the method names its localiser.
 - `RevisionSampler` ("revisions", IBPO): i.i.d. groups plus the policy's revisions of each failure
   (`rollout.revisions`, `credo.rollout.revisions`).
+- `VineSampler` ("vine", VinePPO): i.i.d. groups plus Monte-Carlo values of the states between their
+  thoughts (`rollout.vine`, `credo.rollout.vine`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from credo.rollout.options import LOCALISERS, RolloutConfig
 from credo.rollout.reset_plan import SPLITS
 from credo.rollout.resets import sample_resets
 from credo.rollout.revisions import sample_revisions
+from credo.rollout.vine import sample_vine
 from credo.tasks import Task
 
 
@@ -80,7 +83,7 @@ class ResetSampler(Sampler):
     section: ClassVar[str | None] = "resets"
 
     localiser: str = "random"
-    """The first-wrong-thought localiser (random | self | oracle); `rollout.resets.localiser` overrides it."""
+    """The first-wrong-thought localiser (random | self | oracle | sampled); `rollout.resets.localiser` overrides it."""
 
     def __post_init__(self) -> None:
         if self.localiser not in LOCALISERS:
@@ -94,12 +97,16 @@ class ResetSampler(Sampler):
         return sample_resets(backend, task, stream, options, self.localiser_for(options))
 
     def check(self, options: RolloutConfig, checks_steps: bool) -> None:
-        oracle = self.localiser_for(options) == "oracle"
+        localiser = self.localiser_for(options)
+        oracle = localiser == "oracle"
         if oracle and not checks_steps:
             raise ValueError("rollout.resets.localiser = 'oracle' needs a task with a step checker")
         if not oracle and options.resets.oracle_accuracy < 1.0:
             raise ValueError(f"rollout.resets.oracle_accuracy = {options.resets.oracle_accuracy} applies to the oracle "
-                             f"localiser only; this run localises with {self.localiser_for(options)!r}")
+                             f"localiser only; this run localises with {localiser!r}")
+        if localiser != "sampled" and options.resets.localiser_threshold is not None:
+            raise ValueError(f"rollout.resets.localiser_threshold = {options.resets.localiser_threshold} applies to the "
+                             f"sampled localiser only; this run localises with {localiser!r}")
 
     def estimator_switches(self, options: RolloutConfig) -> dict[str, object]:
         """The `nomask` split trains suffix rows on their prefix too (`ResetAdvantage.train_prefix`)."""
@@ -118,6 +125,19 @@ class RevisionSampler(Sampler):
         return sample_revisions(backend, task, stream, options)
 
 
+@dataclass(frozen=True)
+class VineSampler(Sampler):
+    name: ClassVar[str] = "vine"
+    draws: ClassVar[str] = ("i.i.d. groups plus K continuations from each state between their thoughts "
+                            "(Monte-Carlo step values, never trained on)")
+    records: ClassVar[frozenset[str]] = frozenset({"segment_ids", "step_values"})
+    iid: ClassVar[bool] = False
+    section: ClassVar[str | None] = "vine"
+
+    def sample(self, backend, task: Task, stream: ProblemStream, options: RolloutConfig) -> Rollout:
+        return sample_vine(backend, task, stream, options)
+
+
 SAMPLERS: Registry[type[Sampler]] = Registry("sampler")
-for _sampler in (GroupSampler, ResetSampler, RevisionSampler):
+for _sampler in (GroupSampler, ResetSampler, RevisionSampler, VineSampler):
     SAMPLERS.add(_sampler.name, _sampler)
