@@ -1,4 +1,4 @@
-"""Monte-Carlo step advantages (VinePPO, arXiv 2410.01679; github.com/McGill-NLP/VinePPO).
+"""Monte-Carlo step advantages (VinePPO, arXiv 2410.01679; github.com/McGill-NLP/VinePPO; docs/methods.md sec. 8).
 
 VinePPO replaces PPO's value network with Monte-Carlo estimates: the value `V(s)` of the state between two
 steps of a response is the mean reward of `K` continuations sampled from it (`credo.rollout.values`; the vine

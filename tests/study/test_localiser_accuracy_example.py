@@ -1,0 +1,56 @@
+"""examples/localiser_accuracy.py: measured localiser accuracy against the share of the oracle's gain."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "localiser_accuracy.py"
+
+
+def load_example():
+    spec = importlib.util.spec_from_file_location("localiser_accuracy", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_study(root: Path) -> None:
+    def entry(name, share=None):
+        return {"method": name, "seeds": 2, "share_of_oracle_gain": share,
+                "blame_precision": {"mean": 0.8, "low": 0.7, "high": 0.9, "n": 2}}
+
+    methods = [entry("grpo"), entry("srpo", {"value": -0.2, "low": -0.6, "high": 0.2, "seeds": 2}),
+               entry("srpo_oracle", {"value": 0.5, "low": 0.1, "high": 0.9, "seeds": 2})]
+    (root / "report.json").write_text(json.dumps({"default": {"methods": methods}}))
+    exact = {"srpo": [0.2, 0.3], "srpo_oracle": [1.0, 1.0], "grpo": []}
+    for method, values in exact.items():
+        for seed in (0, 1):
+            run = root / "default" / method / f"seed{seed}"
+            run.mkdir(parents=True)
+            records = [{"step": i + 1, "resets/localiser_exact": v} for i, v in enumerate(values)] or [{"step": 1}]
+            (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_rows_table_and_plot(tmp_path, capsys):
+    example = load_example()
+    write_study(tmp_path)
+    rows = example.localiser_rows(tmp_path)
+    assert [r["method"] for r in rows] == ["srpo", "srpo_oracle"]  # grpo logs no localiser accuracy
+    assert rows[0]["accuracy"] == pytest.approx(0.25) and rows[1]["share"] == 0.5
+    example.main([str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "| srpo | 0.25 | -0.20 (-0.60 to +0.20) | 0.800 |" in out
+    assert (tmp_path / "plots" / "default_localiser_accuracy.png").stat().st_size > 10_000
+
+
+def test_a_study_without_resets_is_a_clear_error(tmp_path):
+    example = load_example()
+    write_study(tmp_path)
+    for path in tmp_path.glob("default/srpo*/seed*/metrics.jsonl"):
+        path.write_text('{"step": 1}\n')
+    with pytest.raises(SystemExit, match="no run logged resets/localiser_exact"):
+        example.main([str(tmp_path)])
