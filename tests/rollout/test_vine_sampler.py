@@ -135,3 +135,11 @@ def test_a_vine_run_trains_through_the_registry():
     credited, metrics = method.credit(batch)
     assert credited.advantages[1].min() < 0 and metrics["credit/negative_token_share"] > 0
     assert END  # the scripted replies end with the testbed's end token
+
+
+@pytest.mark.parametrize("method", ["vine", "srpo"])
+@pytest.mark.parametrize("key", ["rollout.dynamic_sampling=true", "rollout.overlong_buffer=8"])
+def test_dapo_options_are_refused_where_the_sampler_would_ignore_them(method, key):
+    with pytest.raises(ValueError, match=f"rollout.{key.split('.')[1].split('=')[0]} applies to the group sampler"):
+        load_config(None, [f"method={method}", key])
+    load_config(None, ["method=ibpo", key])  # IBPO draws its groups with the group sampler: they apply

@@ -46,6 +46,8 @@ class Sampler:
     """Every row is an i.i.d. sample of its prompt under the current policy, and nothing else is drawn."""
     section: ClassVar[str | None] = None
     """The `rollout.<section>` of its own options (None: only `rollout:`'s general keys)."""
+    dapo_options: ClassVar[bool] = True
+    """It draws its groups with the group sampler, so DAPO's `dynamic_sampling` and `overlong_buffer` apply."""
 
     def sample(self, backend, task: Task, stream: ProblemStream, options: RolloutConfig) -> Rollout:
         """One rollout batch of `options.prompts_per_step` prompts."""
@@ -53,6 +55,11 @@ class Sampler:
 
     def check(self, options: RolloutConfig, checks_steps: bool) -> None:
         """A `ValueError` naming the key if `options` cannot run on a task (with a step checker or not)."""
+        if not self.dapo_options:
+            for key, off in (("dynamic_sampling", False), ("overlong_buffer", None)):
+                if getattr(options, key) != off:
+                    raise ValueError(f"rollout.{key} applies to the group sampler's groups; the {self.name} "
+                                     f"sampler draws its own and would ignore it")
 
     def estimator_switches(self, options: RolloutConfig) -> dict[str, object]:
         """Estimator switches that `options` implies (applied over the method's own)."""
@@ -81,6 +88,7 @@ class ResetSampler(Sampler):
     records: ClassVar[frozenset[str]] = frozenset({"prefix_len", "segment_ids"})
     iid: ClassVar[bool] = False
     section: ClassVar[str | None] = "resets"
+    dapo_options: ClassVar[bool] = False
 
     localiser: str = "random"
     """The first-wrong-thought localiser (random | self | oracle | sampled); `rollout.resets.localiser` overrides it."""
@@ -97,6 +105,7 @@ class ResetSampler(Sampler):
         return sample_resets(backend, task, stream, options, self.localiser_for(options))
 
     def check(self, options: RolloutConfig, checks_steps: bool) -> None:
+        super().check(options, checks_steps)
         localiser = self.localiser_for(options)
         oracle = localiser == "oracle"
         if oracle and not checks_steps:
@@ -133,6 +142,7 @@ class VineSampler(Sampler):
     records: ClassVar[frozenset[str]] = frozenset({"segment_ids", "step_values"})
     iid: ClassVar[bool] = False
     section: ClassVar[str | None] = "vine"
+    dapo_options: ClassVar[bool] = False
 
     def sample(self, backend, task: Task, stream: ProblemStream, options: RolloutConfig) -> Rollout:
         return sample_vine(backend, task, stream, options)
