@@ -102,6 +102,9 @@ def random_batch(B: int, T: int, generator: torch.Generator) -> RolloutBatch:
     old_logp = -torch.empty(B, T).exponential_(generator=generator)
     ref_logp = -torch.empty(B, T).exponential_(generator=generator)
     blame_start = (uniform(B) * (lengths + 2)).long() - 1  # -1 (no wrong step located) .. length
+    thought_starts = uniform(B, T) < 1 / 32  # vine's steps: thoughts of about 32 tokens
+    segment_ids = torch.where(response_mask, thought_starts.long().cumsum(dim=1) - thought_starts[:, :1].long(), -1)
+    step_values = uniform(B, T + 1).gather(1, segment_ids.clamp(min=0))  # one Monte-Carlo value per step
     return RolloutBatch(
         response_ids=torch.randint(VOCAB, (B, T), generator=generator),
         response_mask=response_mask,
@@ -115,6 +118,8 @@ def random_batch(B: int, T: int, generator: torch.Generator) -> RolloutBatch:
         blame_start=blame_start.clamp(max=lengths),
         revision_success=torch.where(correct, 0.0, success_levels),
         edit_mask=response_mask & (uniform(B, T) < 0.1),
+        segment_ids=segment_ids,
+        step_values=torch.where(response_mask, step_values, 0.0),
     )
 
 

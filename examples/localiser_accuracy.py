@@ -57,13 +57,14 @@ def plot(rows: list[dict], path: Path) -> Path:
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     styles = method_styles([r["method"] for r in rows])
-    for r in rows:
+    markers = "osD^vP*X"
+    for index, r in enumerate(rows):
         if r["share"] is None:
             continue
         low, high = r["low"], r["high"]
         errors = [[r["share"] - low], [high - r["share"]]] if low is not None else None
-        ax.errorbar(r["accuracy"], r["share"], yerr=errors, fmt="o", capsize=3, color=styles[r["method"]].colour,
-                    label=r["method"])
+        ax.errorbar(r["accuracy"], r["share"], yerr=errors, fmt=markers[index % len(markers)], capsize=3,
+                    color=styles[r["method"]].colour, label=r["method"])
     ax.axhline(0.0, color="#7F7F7F", linewidth=0.8)
     ax.axhline(1.0, color="#000000", linewidth=0.8, linestyle=":")
     ax.set(xlabel="localiser accuracy (share of seeds reset to the first wrong thought)",
