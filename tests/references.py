@@ -158,3 +158,20 @@ def loop_group_advantage(rewards: list[float], groups: list[int], eps: float = 1
         std = math.sqrt(sum((x - mean) ** 2 for x in members) / len(members))
         out.append(0.0 if max(members) == min(members) else (rewards[i] - mean) / (std + eps))
     return out
+
+
+def loop_step_advantages(batch) -> torch.Tensor:
+    """Vine's step advantages token by token: the value where the next step starts (the reward after the last
+    step) minus the value where this token's step starts."""
+    out = torch.zeros(batch.response_ids.shape, dtype=batch.step_values.dtype)
+    for b in range(batch.size):
+        n = int(batch.response_mask[b].sum())
+        segments = batch.segment_ids[b, :n].tolist()
+        start_value = {}
+        for t, s in enumerate(segments):
+            start_value.setdefault(s, float(batch.step_values[b, t]))
+        for t, s in enumerate(segments):
+            later = [u for u in start_value if u > s]
+            after = start_value[min(later)] if later else float(batch.rewards[b])
+            out[b, t] = after - start_value[s]
+    return out

@@ -7,27 +7,12 @@ import torch
 from batches import random_batch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from references import loop_step_advantages
 
 from credo.batch import RolloutBatch
 from credo.credit.groups import failed_rows
 from credo.credit.vine import VineAdvantage, step_advantages, whiten
 from credo.methods import get_method
-
-
-def loop_step_advantages(batch) -> torch.Tensor:
-    """Token by token: the value where the next step starts (the reward after the last step) minus this step's."""
-    out = torch.zeros(batch.response_ids.shape, dtype=batch.step_values.dtype)
-    for b in range(batch.size):
-        n = int(batch.response_mask[b].sum())
-        segments = batch.segment_ids[b, :n].tolist()
-        start_value = {}
-        for t, s in enumerate(segments):
-            start_value.setdefault(s, float(batch.step_values[b, t]))
-        for t, s in enumerate(segments):
-            later = [u for u in start_value if u > s]
-            after = start_value[min(later)] if later else float(batch.rewards[b])
-            out[b, t] = after - start_value[s]
-    return out
 
 
 def loop_whiten(values, mask, eps=1e-8):

@@ -15,7 +15,6 @@ from credo.rollout.groups import ProblemStream
 from credo.rollout.vine import sample_vine
 from credo.tasks import ArithTask
 from credo.tasks.arith import ArithConfig, solution
-from credo.testbed import END
 
 TASK = ArithTask(ArithConfig(min_steps=3, max_steps=3))
 THOUGHT = 6  # tokens of a testbed step: op, operand, =, two digits, </thought>
@@ -134,7 +133,6 @@ def test_a_vine_run_trains_through_the_registry():
     batch = rollout.batch()
     credited, metrics = method.credit(batch)
     assert credited.advantages[1].min() < 0 and metrics["credit/negative_token_share"] > 0
-    assert END  # the scripted replies end with the testbed's end token
 
 
 @pytest.mark.parametrize("method", ["vine", "srpo"])

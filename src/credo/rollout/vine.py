@@ -45,14 +45,15 @@ def sample_vine(backend, task: Task, stream: ProblemStream, options: RolloutConf
     values, value_tokens = boundary_values(backend, task, list(zip(rows, boundaries)), vine.k, options,
                                            vine.thoughts)
     roots = sibling_values([r.verdict.reward for r in rows], size)
+    state_values = [[root] + estimates for root, estimates in zip(roots, values)]  # before each step, the prompt first
     base_tokens = sum(r.tokens for r in rows)
     groups = [rows[start : start + size] for start in range(0, len(rows), size)]
     rollout = assemble(groups, backend.tokenizer.pad_token_id, base_tokens + value_tokens)
     width = rollout.completions.response_ids.shape[1]
-    steps = [step_layout(row, cuts, [root] + estimates) for row, cuts, root, estimates in zip(rows, boundaries, roots, values)]
+    steps = [step_layout(row, cuts, states) for row, cuts, states in zip(rows, boundaries, state_values)]
     rollout.records = {"segment_ids": per_token([s for s, _ in steps], width, -1, torch.long),
                        "step_values": per_token([v for _, v in steps], width, 0.0, torch.float32)}
-    rollout.metrics = vine_metrics(rows, boundaries, roots, values, base_tokens, value_tokens, task.checks_steps)
+    rollout.metrics = vine_metrics(rows, boundaries, state_values, base_tokens, value_tokens, task.checks_steps)
     return rollout
 
 
@@ -83,7 +84,7 @@ def step_layout(row: Row, boundaries: list[int], values: list[float]) -> tuple[l
     return segments, [values[s] for s in segments]
 
 
-def vine_metrics(rows: list[Row], boundaries, roots, values, base_tokens: int, value_tokens: int,
+def vine_metrics(rows: list[Row], boundaries, state_values, base_tokens: int, value_tokens: int,
                  checks_steps: bool) -> dict[str, float]:
     """The cost split, how many states were estimated, and (with a step checker) how often a failure's largest
     value drop falls on the step holding its first wrong thought."""
@@ -92,16 +93,16 @@ def vine_metrics(rows: list[Row], boundaries, roots, values, base_tokens: int, v
         "vine/tokens_base": float(base_tokens),
         "vine/tokens_values": float(value_tokens),
         "vine/states_per_response": estimated / len(rows),
-        "vine/value_mean": sum(sum(v) for v in values) / estimated if estimated else 0.0,
+        "vine/value_mean": sum(sum(v[1:]) for v in state_values) / estimated if estimated else 0.0,
         "verify/sandbox_failures": sandbox_failures([r.verdict for r in rows]),
     }
     if checks_steps:
         hits = []
-        for row, cuts, root, estimates in zip(rows, boundaries, roots, values):
+        for row, cuts, states in zip(rows, boundaries, state_values):
             wrong = row.first_wrong_thought()
             if row.verdict.correct or wrong is None:
                 continue
-            step = largest_drop([root] + estimates, row.verdict.reward)  # 1-based step, spanning thoughts
+            step = largest_drop(states, row.verdict.reward)  # 1-based step, spanning thoughts
             hits.append(bisect.bisect_left(cuts, wrong) + 1 == step)
         if hits:
             metrics["vine/largest_drop_exact"] = sum(hits) / len(hits)
