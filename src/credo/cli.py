@@ -311,6 +311,51 @@ def testbed_build(
     evaluate(path, [])
 
 
+@testbed_app.command("facts")
+@one_line_errors
+def testbed_facts(
+    config: Path = typer.Argument(None, help="YAML run config of the regime (its model and task)."),
+    problems: int = typer.Option(256, min=1, help="Training problems to sample (the stream of train.seed)."),
+    samples: int = typer.Option(8, min=1, help="Responses per training problem, at rollout.temperature."),
+    output: Path = typer.Option(None, "--json", help="Also write the facts to this JSON file (atomically)."),
+    settings: Annotated[list[str] | None, typer.Argument(
+        metavar="KEY=VALUE", help=BARE_OVERRIDES_HELP, show_default=False)] = None,
+) -> None:
+    """A regime's facts on its starting model: greedy and sampled accuracy, the share of lucky successes (right
+    answer, wrong step), wrong steps per failure, and the kinds of first errors (`credo.testbed_facts`)."""
+    import torch
+
+    from credo.config import load_config
+    from credo.evaluate import eval_subset
+    from credo.io import write_json_atomic
+    from credo.models import load_model, make_backend
+    from credo.tasks import build_task
+    from credo.testbed_facts import regime_facts
+    from credo.train import pick_device
+
+    _quiet_transformers()
+    config, bare = bare_overrides(config, settings)
+    run_config = load_config(config, bare)
+    torch.manual_seed(run_config.train.seed)
+    model, tokenizer = load_model(run_config.model, pick_device(run_config.train.device))
+    backend = make_backend(run_config.rollout, model, tokenizer, run_config.model, seed=run_config.train.seed)
+    task = build_task(run_config.task)
+    with torch.no_grad():
+        facts = regime_facts(task, backend, eval_problems=eval_subset(task.eval_problems(), run_config.eval.max_problems),
+                             problems=problems, samples=samples, seed=run_config.train.seed,
+                             temperature=run_config.rollout.temperature, max_new_tokens=run_config.rollout.max_new_tokens)
+    table = Table(title=f"regime facts: {config or 'defaults'} ({facts['responses']} sampled responses)")
+    table.add_column("fact")
+    table.add_column("value", justify="right")
+    for key, value in facts.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k} {v:.3f}" for k, v in value.items())
+        table.add_row(key, value if isinstance(value, str) else f"{value:.3f}" if isinstance(value, float) else str(value))
+    console.print(table)
+    if output is not None:
+        write_json_atomic(output, facts)
+
+
 @app.command()
 @one_line_errors
 def methods(

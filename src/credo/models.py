@@ -17,6 +17,7 @@ import torch
 from credo.config import ModelConfig
 from credo.extras import require
 from credo.gguf import PRESETS, converted_directory, preset_file
+from credo.rollout.crn import CommonRandomNumbers
 from credo.rollout.generate import TransformersBackend
 from credo.rollout.options import RolloutConfig
 
@@ -73,15 +74,18 @@ def load_model(config: ModelConfig, device: torch.device):
     return model, load_tokenizer(path)
 
 
-def make_backend(rollout: RolloutConfig, model, tokenizer, model_config: ModelConfig, *, seed: int = 0):
-    """The generation backend `rollout.backend` names, serving `model`: transformers (the default, any device)
-    or vLLM (CUDA; it loads the directory `model_config` resolves to, then takes the policy's weights)."""
+def make_backend(rollout: RolloutConfig, model, tokenizer, model_config: ModelConfig, *, seed: int = 0,
+                 common_random_numbers: CommonRandomNumbers | None = None):
+    """The generation backend `rollout.backend` names, serving `model`: transformers (the default, any device;
+    keyed sampling with `common_random_numbers`) or vLLM (CUDA; it loads the directory `model_config` resolves
+    to, then takes the policy's weights)."""
     if rollout.backend == "vllm":
         from credo.rollout.vllm_backend import VllmBackend
 
         return VllmBackend(model, tokenizer, resolve_model_path(model_config), rollout.vllm, stop=rollout.stop,
                            seed=seed)
-    return TransformersBackend(model, tokenizer, batch_size=rollout.generation_batch_size, stop=rollout.stop)
+    return TransformersBackend(model, tokenizer, batch_size=rollout.generation_batch_size, stop=rollout.stop,
+                               common_random_numbers=common_random_numbers)
 
 
 def export_model(model, tokenizer, directory: Path) -> None:

@@ -31,6 +31,7 @@ from credo.microbatch import micro_batches
 from credo.models import export_model, load_model, make_backend
 from credo.policy import ReferencePolicy, policy_logprobs
 from credo.progress import TrainProgress
+from credo.rollout.crn import EVAL, TRAIN, CommonRandomNumbers
 from credo.rollout.groups import ProblemStream, Rollout
 from credo.rollout.thoughts import blame_start, token_pieces
 from credo.schedules import lr_multiplier
@@ -60,6 +61,9 @@ class Trainer:
     """One optimiser step per rollout batch and a credit estimator that reads no entropies: the policy being
     updated is the one that sampled, so the update's own forward pass gives the behaviour log-probs
     (`old_logp = logp.detach()`, TRL's on-policy convention) and entropies, and `behaviour_batch` skips its pass."""
+    sampling_keys: CommonRandomNumbers | None = None
+    """The backend's keyed sampling (`rollout.common_random_numbers`), scoped to each step's rollout and
+    evaluation, else None (torch's global RNG)."""
     reference: ReferencePolicy | None = None
     """The frozen starting policy whose log-probs fill `ref_logp` (a method whose loss has `kl_beta > 0`), else None."""
 
@@ -104,7 +108,7 @@ def train_steps(trainer: Trainer, state: TrainState, stream: ProblemStream, eval
                  trainer.run.root, state.step, state.rollout_tokens)
     while not finished(config, state):
         started = time.perf_counter()
-        rollout = sample_rollout(trainer, stream)
+        rollout = sample_rollout(trainer, stream, state.step)
         generated = time.perf_counter()
         batch, behaviour_finite = behaviour_batch(trainer, rollout)
         batch, credit_metrics = trainer.method.credit(batch)
@@ -166,10 +170,12 @@ def build_trainer(config: RunConfig, run: RunDirectory) -> Trainer:
     autocast = config.model.autocast_bf16
     if autocast is None:
         autocast = device.type == "cuda" and torch.cuda.is_bf16_supported()
-    backend = make_backend(config.rollout, model, tokenizer, config.model, seed=config.train.seed)
+    keys = CommonRandomNumbers(config.train.seed) if config.rollout.common_random_numbers else None
+    backend = make_backend(config.rollout, model, tokenizer, config.model, seed=config.train.seed,
+                           common_random_numbers=keys)
     on_policy = optim.minibatches * optim.epochs == 1 and not method.reads_entropy
     return Trainer(config, run, method, task, model, tokenizer, optimizer, scheduler, device, autocast, backend,
-                   on_policy, reference)
+                   on_policy, keys, reference)
 
 
 def pick_device(name: str) -> torch.device:
@@ -242,8 +248,11 @@ def record_resumed_config(trainer: Trainer, state: TrainState) -> None:
 
 
 # ------------------------------------------------------------------------------------------- the step
-def sample_rollout(trainer: Trainer, stream: ProblemStream) -> Rollout:
-    """One rollout batch from the method's sampler (`credo.rollout.samplers`)."""
+def sample_rollout(trainer: Trainer, stream: ProblemStream, step: int = 0) -> Rollout:
+    """One rollout batch from the method's sampler (`credo.rollout.samplers`), keyed by the step under common
+    random numbers."""
+    if trainer.sampling_keys is not None:
+        trainer.sampling_keys.begin(TRAIN, step)
     return trainer.method.sampler.sample(trainer.backend, trainer.task, stream, trainer.config.rollout)
 
 
@@ -463,6 +472,8 @@ def report_eval(trainer: Trainer, problems, state: TrainState, trackers: Tracker
 
 def record_eval(trainer: Trainer, problems, state: TrainState) -> dict:
     config = trainer.config
+    if trainer.sampling_keys is not None:
+        trainer.sampling_keys.begin(EVAL, state.step)
     result = evaluate_policy(
         trainer.backend, trainer.task, problems, config.eval,
         max_new_tokens=config.rollout.max_new_tokens, seed=config.train.seed + 1_000_003 * (state.step + 1),

@@ -420,6 +420,40 @@ def test_min_misconception_steps_filter():
     assert any(count(p.meta["chain"]) < 2 for p in islice(unfiltered.train_problems(seed=0), 300))
 
 
+def test_max_misconception_steps_filter():
+    cfg = ArithConfig(min_steps=5, max_steps=6, eval_steps=(5, 6), eval_per_bucket=20, min_misconception_steps=1,
+                      max_misconception_steps=1, noise={"misconceptions": ALL3})
+    task = ArithTask(cfg)
+    chains = [p.meta["chain"] for p in islice(task.train_problems(seed=0), 300)] + \
+        [p.meta["chain"] for p in task.eval_problems()]
+    assert all(c.misconception_steps(ALL3) == 1 for c in chains)
+    unfiltered = ArithTask(cfg.model_copy(update={"max_misconception_steps": None}))
+    assert any(p.meta["chain"].misconception_steps(ALL3) > 1 for p in islice(unfiltered.train_problems(seed=0), 300))
+
+
+def answer_after_one_error(chain: Chain, at: int, offset: int) -> int:
+    """The answer of a solver that writes step `at` off by `offset` and every other step right after it."""
+    value = chain.start
+    for i, (op, b) in enumerate(chain.steps):
+        value = (ref_apply(op, value, b) + (offset if i == at else 0)) % 100
+    return value
+
+
+def test_invertible_steps_let_no_single_error_vanish():
+    """The intent: with invertible steps a single wrong value, at any step and by any offset, always changes the
+    answer; with every operand some errors vanish (x 5, x 2, ... map different values to one)."""
+    def vanishing(task: ArithTask) -> int:
+        chains = [p.meta["chain"] for p in islice(task.train_problems(seed=1), 200)]
+        return sum(answer_after_one_error(c, at, offset) == c.values()[-1]
+                   for c in chains for at in range(len(c.steps)) for offset in range(1, 100))
+
+    invertible = ArithTask(ArithConfig(min_steps=5, max_steps=6, invertible_steps=True))
+    factors = {b for p in islice(invertible.train_problems(seed=1), 500) for op, b in p.meta["chain"].steps if op == "*"}
+    assert factors == {1, 3, 7, 9}
+    assert vanishing(invertible) == 0
+    assert vanishing(ArithTask(ArithConfig(min_steps=5, max_steps=6))) > 1000
+
+
 def test_min_misconception_steps_longer_than_an_eval_bucket_is_rejected():
     with pytest.raises(ValidationError, match="eval_steps"):
         ArithConfig(min_misconception_steps=3)  # default eval_steps (2, 4, 6)
@@ -429,6 +463,10 @@ def test_min_misconception_steps_longer_than_an_eval_bucket_is_rejected():
 
 
 def test_config_errors():
+    with pytest.raises(ValidationError, match="max_misconception_steps = 1 is below min_misconception_steps = 2"):
+        ArithConfig(min_misconception_steps=2, max_misconception_steps=1)
+    with pytest.raises(ValidationError, match="invertible_steps with operand_max = 2 leaves only x 1"):
+        ArithConfig(invertible_steps=True, operand_max=2)
     with pytest.raises(ValidationError, match="min_steps = 5 exceeds max_steps = 3"):
         ArithConfig(min_steps=5, max_steps=3)
     with pytest.raises(ValidationError, match="min_misconception_steps = 4 exceeds the length of some chains"):

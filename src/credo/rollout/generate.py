@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from credo.rollout.crn import CommonRandomNumbers, sample_by_inversion, uniforms
+
 
 @dataclass
 class Completions:
@@ -99,12 +101,14 @@ def generate(
     batch_size: int = 256,
     repeat: int = 1,
     end_ids: Collection[int] | None = None,
+    keys: Tensor | None = None,
 ) -> Completions:
     """Sample `repeat` responses per prompt (rows in prompt order: prompt 0's samples first).
 
     Each prompt's KV cache is computed once and copied to its samples instead of re-encoding the prompt per
     sample (a group's prompt, a reset's prefix), into a static cache; `decode` then samples token by token.
-    Randomness: torch's global RNG. A response ends after the first end token it samples (kept: the model
+    Randomness: torch's global RNG, or with `keys` (one int64 key per response row,
+    `credo.rollout.crn.CommonRandomNumbers.keys`) the keyed uniforms of common random numbers. A response ends after the first end token it samples (kept: the model
     learns to stop), one of `end_ids` (default `end_token_ids(model, tokenizer)`: the tokenizer's end token
     and the end-of-turn ids the model's generation config declares), or at the end of a stop string (kept),
     or is cut at `max_new_tokens` (`truncated`).
@@ -119,9 +123,10 @@ def generate(
         ids, mask = left_pad(prompts[start : start + per_call], pad)
         ids, mask = ids.to(device), mask.long().to(device)
         cache = shared_prompt_cache(model, ids, mask, repeat, ids.shape[1] + max_new_tokens)
+        rows_keys = None if keys is None else keys[start * repeat : (start + len(ids)) * repeat].to(device)
         rows = decode(model, tokenizer, ids.repeat_interleave(repeat, dim=0), mask.repeat_interleave(repeat, dim=0),
                       cache, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, greedy=greedy,
-                      stop=list(stop or []), end_ids=ends)
+                      stop=list(stop or []), end_ids=ends, keys=rows_keys)
         for response, done in rows:
             responses.append(response)
             truncated.append(not done)
@@ -135,10 +140,11 @@ kept are still running."""
 
 
 def decode(model, tokenizer, ids: Tensor, mask: Tensor, cache, *, max_new_tokens: int, temperature: float,
-           top_p: float, greedy: bool, stop: list[str], end_ids: Collection[int]) -> list[tuple[list[int], bool]]:
+           top_p: float, greedy: bool, stop: list[str], end_ids: Collection[int],
+           keys: Tensor | None = None) -> list[tuple[list[int], bool]]:
     """Sample up to `max_new_tokens` after left-padded prompts `ids` (N, P) whose all-but-last tokens are in
     the static `cache`; returns each row's response tokens and whether it ended (one of `end_ids`, or a stop
-    string).
+    string). With `keys` (N,), row r's token t is drawn with the uniform `crn.uniforms(keys[r], t)`.
 
     A plain loop of forward passes over the cache, one token per step, rather than transformers' `generate`:
     its per-step set-up (logits processors, stopping criteria, input preparation) cost as much as a small
@@ -160,7 +166,8 @@ def decode(model, tokenizer, ids: Tensor, mask: Tensor, cache, *, max_new_tokens
         attention[:, P - 1 + step] = 1
         logits = model(input_ids=token, attention_mask=attention, position_ids=positions, past_key_values=cache,
                        use_cache=True, logits_to_keep=1).logits[:, -1].float()  # (n, V)
-        token = pick_tokens(logits, temperature=temperature, top_p=top_p, greedy=greedy)  # (n, 1)
+        u = None if keys is None or greedy else uniforms(keys[live], step)
+        token = pick_tokens(logits, temperature=temperature, top_p=top_p, greedy=greedy, u=u)  # (n, 1)
         running = []
         for index, (row, value) in enumerate(zip(live.tolist(), token[:, 0].tolist())):
             if ended[row]:
@@ -183,9 +190,10 @@ def decode(model, tokenizer, ids: Tensor, mask: Tensor, cache, *, max_new_tokens
     return [(tokens[row], ended[row]) for row in range(N)]
 
 
-def pick_tokens(logits: Tensor, *, temperature: float, top_p: float, greedy: bool) -> Tensor:
+def pick_tokens(logits: Tensor, *, temperature: float, top_p: float, greedy: bool, u: Tensor | None = None) -> Tensor:
     """(n, 1) next tokens: the argmax, or a sample at `temperature` from the top-p nucleus (the smallest set
-    of tokens whose probability reaches `top_p`, the most likely token always in it)."""
+    of tokens whose probability reaches `top_p`, the most likely token always in it): by inversion with the
+    uniforms `u` (n,) where given (`credo.rollout.crn`), else `torch.multinomial`."""
     if greedy:
         return logits.argmax(dim=-1, keepdim=True)
     probs = torch.softmax(logits / temperature, dim=-1)
@@ -193,7 +201,7 @@ def pick_tokens(logits: Tensor, *, temperature: float, top_p: float, greedy: boo
         sorted_probs, order = probs.sort(dim=-1, descending=True)
         outside = sorted_probs.cumsum(dim=-1) - sorted_probs >= top_p  # mass before a token already reaches p
         probs = probs.scatter(-1, order, sorted_probs.masked_fill(outside, 0.0))
-    return torch.multinomial(probs, 1)
+    return torch.multinomial(probs, 1) if u is None else sample_by_inversion(probs, u)
 
 
 def shared_prompt_cache(model, ids: Tensor, mask: Tensor, repeat: int, max_length: int):
@@ -248,17 +256,21 @@ class TransformersBackend:
     finds (read at each call: the tokenizer's and the model's declared end-of-turn ids).
     """
 
-    def __init__(self, model, tokenizer, *, batch_size: int = 256, stop: list[str] | None = None) -> None:
+    def __init__(self, model, tokenizer, *, batch_size: int = 256, stop: list[str] | None = None,
+                 common_random_numbers: CommonRandomNumbers | None = None) -> None:
         self.model, self.tokenizer, self.batch_size, self.stop = model, tokenizer, batch_size, stop
+        self.common_random_numbers = common_random_numbers
 
     def generate(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 1.0,
                  top_p: float = 1.0, greedy: bool = False, repeat: int = 1) -> Completions:
         was_training = self.model.training
         self.model.eval()
+        crn = self.common_random_numbers
+        keys = None if crn is None or greedy else crn.keys(len(prompts) * repeat)
         try:
             return generate(
                 self.model, self.tokenizer, prompts, max_new_tokens=max_new_tokens, temperature=temperature,
-                top_p=top_p, greedy=greedy, stop=self.stop, batch_size=self.batch_size, repeat=repeat,
+                top_p=top_p, greedy=greedy, stop=self.stop, batch_size=self.batch_size, repeat=repeat, keys=keys,
             )
         finally:
             self.model.train(was_training)

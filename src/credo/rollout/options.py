@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from credo.rollout.localise import LOCALISE_PROMPT, STEP_FORMAT
 from credo.rollout.revise import REVISE_PROMPT, check_rewrites, check_template
@@ -144,6 +144,11 @@ class RolloutConfig(Section):
     """Sampling temperature of the rollouts; the update's log-probs use the same (logits / temperature)."""
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     """Nucleus sampling: draw from the smallest set of tokens whose probability reaches top_p (1.0: off)."""
+    common_random_numbers: bool = False
+    """Key every sampling draw by (seed, step, call, row, token), so paired runs share their sampling noise.
+
+    Common random numbers (`credo.rollout.crn`): two methods' runs on one seed draw the same uniforms for the same
+    rows, a variance reduction for paired comparisons. Transformers backend only."""
     stop: list[str] = Field(default_factory=list)
     """Extra stop strings (the tokenizer's end-of-sequence token always stops)."""
     generation_batch_size: int = Field(256, ge=1)
@@ -162,3 +167,10 @@ class RolloutConfig(Section):
     """Options of the revision sampler (`credo.rollout.samplers.RevisionSampler`: IBPO)."""
     vine: VineConfig = VineConfig()
     """Options of the vine sampler (`credo.rollout.samplers.VineSampler`: Monte-Carlo step values)."""
+
+    @model_validator(mode="after")
+    def _keyed_sampling_needs_transformers(self) -> RolloutConfig:
+        if self.common_random_numbers and self.backend != "transformers":
+            raise ValueError(f"rollout.common_random_numbers needs the transformers backend (rollout.backend is "
+                             f"{self.backend!r}, which samples with its own generator)")
+        return self

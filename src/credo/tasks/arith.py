@@ -22,6 +22,7 @@ The held-out split is a hash of the prompt (crc32 % 10 == 0): train and eval nev
 
 from __future__ import annotations
 
+import math
 import random
 import re
 import zlib
@@ -201,6 +202,13 @@ class ArithConfig(RewardOptions):
     """Held-out problems per evaluation bucket."""
     min_misconception_steps: int = Field(0, ge=0)
     """Training (and eval) chains need at least this many steps of an active misconception type."""
+    max_misconception_steps: int | None = Field(None, ge=0)
+    """Training (and eval) chains hold at most this many steps of an active misconception type (None: any)."""
+    invertible_steps: bool = False
+    """Multiply only by operands coprime to 100 (1, 3, 7, 9), so that no later step can remove an error.
+
+    Every step then maps the value it continues from one-to-one, so a wrong value changes every later value and
+    the answer (with all operands, x 5 maps 12 and 32 to 60 alike)."""
     noise: Noise = Noise()
     """The noise model: which misconceptions exist (also what the step checker calls a misconception)."""
 
@@ -221,6 +229,12 @@ class ArithConfig(RewardOptions):
                 f"within {longest} steps (their offsets sum to 0 mod {MODULUS}); choose offsets of one sign whose "
                 f"{longest}-fold largest stays below {MODULUS}, e.g. all -10"
             )
+        if self.max_misconception_steps is not None and self.max_misconception_steps < self.min_misconception_steps:
+            raise ValueError(f"max_misconception_steps = {self.max_misconception_steps} is below "
+                             f"min_misconception_steps = {self.min_misconception_steps}: no chain could pass the filter")
+        if self.invertible_steps and not any(math.gcd(b, MODULUS) == 1 for b in range(2, self.operand_max + 1)):
+            raise ValueError(f"invertible_steps with operand_max = {self.operand_max} leaves only x 1 to multiply by; "
+                             "raise operand_max to 3 or more")
         if self.min_misconception_steps and not self.noise.misconceptions:
             raise ValueError("min_misconception_steps > 0 needs at least one misconception in noise.misconceptions")
         return self
@@ -265,23 +279,29 @@ class ArithTask(RewardedTask):
     # ---------------------------------------------------------------------------------- problems
     def random_chain(self, rng: random.Random, steps: int) -> Chain:
         ops = list(OPS)
-        return Chain(
-            start=rng.randint(1, self.config.start_max),
-            steps=tuple((rng.choice(ops), rng.randint(1, self.config.operand_max)) for _ in range(steps)),
-        )
+        operands = range(1, self.config.operand_max + 1)
+        factors = [b for b in operands if math.gcd(b, MODULUS) == 1] if self.config.invertible_steps else operands
+
+        def step() -> tuple[str, int]:
+            op = rng.choice(ops)
+            return op, rng.choice(factors) if op == "*" else rng.choice(operands)
+
+        return Chain(start=rng.randint(1, self.config.start_max), steps=tuple(step() for _ in range(steps)))
 
     def _chains(self, rng: random.Random, steps: Callable[[], int], held_out: bool) -> Iterator[Chain]:
         """Chains of the split that pass the misconception filter (an error if the filter starves)."""
-        active = self.config.noise.misconceptions
+        cfg = self.config
+        fewest, most = cfg.min_misconception_steps, cfg.max_misconception_steps
         misses = 0
         while True:
             chain = self.random_chain(rng, steps())
-            if is_held_out(chain.prompt) != held_out or chain.misconception_steps(active) < self.config.min_misconception_steps:
+            count = chain.misconception_steps(cfg.noise.misconceptions)
+            if is_held_out(chain.prompt) != held_out or count < fewest or (most is not None and count > most):
                 misses += 1
                 if misses > MAX_DRAWS:
                     raise ValueError(
                         f"arith: {MAX_DRAWS} draws in a row failed the filters (held-out split, "
-                        f"min_misconception_steps = {self.config.min_misconception_steps}); relax the task config"
+                        f"min_misconception_steps = {fewest}, max_misconception_steps = {most}); relax the task config"
                     )
                 continue
             misses = 0
@@ -325,6 +345,21 @@ class ArithTask(RewardedTask):
         correct = bool(answers) and int(answers[-1]) == int(problem.answer)
         first_wrong, kind = self.first_wrong_step(chain, response)
         return Verdict(reward=float(correct), correct=correct, first_wrong_step=first_wrong, error_kind=kind)
+
+    def wrong_steps(self, chain: Chain, response: str) -> int:
+        """How many thoughts of `response` are wrong, each judged against the value the thought before it wrote
+        (as `first_wrong_step` judges the first): a malformed thought counts one and ends the count (nothing after
+        it can be read as a step), and so does a final answer that is not the boxed last written value."""
+        thoughts = response.split(THOUGHT_END)
+        written, wrong = chain.start, 0
+        for i, (op, b) in enumerate(chain.steps):
+            match = _STEP.match(thoughts[i]) if i < len(thoughts) - 1 else None
+            if match is None or match.group(1) != op or int(match.group(2)) != b:
+                return wrong + 1
+            value = int(match.group(3))
+            wrong += value != OPS[op](written, b)
+            written = value
+        return wrong + (len(thoughts) != len(chain.steps) + 1 or thoughts[-1] != format_answer(written))
 
     def first_wrong_step(self, chain: Chain, response: str) -> tuple[int | None, str | None]:
         """The first wrong thought of `response` and what it was, or (None, None) if every step is right.

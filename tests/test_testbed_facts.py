@@ -1,0 +1,128 @@
+"""A regime's facts (`credo.testbed_facts`, `credo testbed facts`): counted exactly on a scripted policy whose every
+response is known, the wrong-step count against a loop reference, and the command on the tiny testbed model."""
+
+from __future__ import annotations
+
+import json
+import random
+from itertools import islice
+
+import pytest
+from scripted import ScriptedPolicy, chain_of, wrong_at
+from tiny import TINY_TESTBED
+
+from credo.tasks.arith import OPS, ArithConfig, ArithTask, Chain, format_answer, format_step, solution
+from credo.tasks.base import THOUGHT_END
+from credo.testbed_facts import regime_facts
+
+CONFIG = ArithConfig(min_steps=5, max_steps=6, eval_steps=(5,), eval_per_bucket=8, invertible_steps=True)  # no error vanishes
+
+
+def two_errors(chain: Chain, offsets: tuple[int, int]) -> str:
+    """Steps 0 and 2 off by the offsets (later steps continuing from the written values)."""
+    parts, value = [], chain.start
+    for i, (op, b) in enumerate(chain.steps):
+        value = (OPS[op](value, b) + {0: offsets[0], 2: offsets[1]}.get(i, 0)) % 100
+        parts.append(format_step(op, b, value))
+    return "".join(parts) + format_answer(value)
+
+
+def lucky(chain: Chain) -> str:
+    """Step 0's value off by +1 with the wrong value's answer kept right: the last step writes the true answer."""
+    parts, value, right = [], chain.start, chain.values()
+    for i, (op, b) in enumerate(chain.steps):
+        value = (OPS[op](value, b) + (1 if i == 0 else 0)) % 100
+        if i == len(chain.steps) - 1:
+            value = right[-1]
+        parts.append(format_step(op, b, value))
+    return "".join(parts) + format_answer(value)
+
+
+def test_facts_count_each_kind_of_response_exactly():
+    """Per problem 8 responses: 3 right, 1 lucky, 2 with one error (step 1), 1 with two, 1 cut mid-thought."""
+    def draw(prompt: str) -> str:
+        chain = chain_of(prompt)
+        script = [solution(chain)] * 3 + [lucky(chain), wrong_at(chain, 1), wrong_at(chain, 1, 50),
+                                          two_errors(chain, (1, 2)), solution(chain)[:7]]
+        draw.count = getattr(draw, "count", -1) + 1
+        return script[draw.count % 8]
+
+    task = ArithTask(CONFIG)
+    facts = regime_facts(task, ScriptedPolicy(draw), eval_problems=task.eval_problems(), problems=5, samples=8,
+                         seed=0, temperature=1.0, max_new_tokens=48)
+    assert facts["responses"] == 40
+    assert facts["sampled_accuracy"] == pytest.approx(4 / 8)
+    assert facts["lucky_share"] == pytest.approx(1 / 4)
+    assert facts["errors_per_failure"] == pytest.approx((1 + 1 + 2 + 1) / 4)
+    assert facts["single_error_share"] == pytest.approx(3 / 4)
+    assert facts["first_error_kinds"] == {"slip": pytest.approx(3 / 4), "format": pytest.approx(1 / 4)}
+    # the greedy draws continue the same script: held-out rows 0..7 get its responses in order
+    assert facts["greedy_pass@1"] == pytest.approx(4 / 8)
+
+
+def reference_wrong_steps(chain: Chain, response: str) -> int:
+    """Loop reference: parse each thought by hand; a malformed thought counts one and stops."""
+    thoughts, written, wrong = response.split(THOUGHT_END), chain.start, 0
+    for i, (op, b) in enumerate(chain.steps):
+        text = thoughts[i] if i < len(thoughts) - 1 else ""
+        ok = len(text) == 5 and text[0] == op and text[1] == str(b) and text[2] == "=" and text[3:].isdigit()
+        if not ok:
+            return wrong + 1
+        wrong += int(text[3:]) != OPS[op](written, b)
+        written = int(text[3:])
+    return wrong + (thoughts[len(chain.steps):] != [format_answer(written)])
+
+
+def test_wrong_steps_match_a_loop_reference():
+    task = ArithTask(CONFIG)
+    rng = random.Random(0)
+    for problem in islice(task.train_problems(seed=3), 300):
+        chain = problem.meta["chain"]
+        pieces = solution(chain).split(THOUGHT_END)
+        for i in rng.sample(range(len(pieces)), rng.randint(0, 3)):
+            pieces[i] = rng.choice([pieces[i][:-2] + f"{rng.randrange(100):02d}", pieces[i][:3], "", pieces[i] + "x"])
+        response = THOUGHT_END.join(pieces)
+        assert task.wrong_steps(chain, response) == reference_wrong_steps(chain, response), response
+    chain = chain_of("07+5*3-4?")
+    assert task.wrong_steps(chain, solution(chain)) == 0
+    assert task.wrong_steps(chain, wrong_at(chain, 0)) == 1
+    assert task.wrong_steps(chain, two_errors(chain, (1, 1))) == 2
+
+
+def test_facts_command_on_the_tiny_model(tmp_path):
+    from typer.testing import CliRunner
+
+    from credo.cli import app
+
+    out = tmp_path / "facts.json"
+    result = CliRunner().invoke(app, ["testbed", "facts", f"model.testbed={TINY_TESTBED}", "eval.max_problems=2",
+                                      "--problems", "3", "--samples", "2", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    facts = json.loads(out.read_text())
+    assert facts["responses"] == 6 and 0.0 <= facts["sampled_accuracy"] <= 1.0
+    assert "lucky_share" in result.output
+
+
+def test_facts_refuse_a_task_without_chains():
+    class Other:
+        name = "jsonl"
+
+    with pytest.raises(ValueError, match="task 'jsonl' is not the testbed's arith"):
+        regime_facts(Other(), None, eval_problems=[], problems=1, samples=1, seed=0, temperature=1.0,
+                     max_new_tokens=8)
+
+
+def test_a_single_error_that_vanishes_is_a_lucky_success():
+    """02+4*5: writing 26 for 02+4 (off by 20) still gives 26*5 = 30 mod 100, the right answer, with one wrong step."""
+    class OneChain(ArithTask):
+        def train_problems(self, seed, start=0):
+            while True:
+                yield self.problem(chain_of("02+4*5?"))
+
+    response = f"+4=26{THOUGHT_END}*5=30{THOUGHT_END}" + format_answer(30)
+    task = OneChain(ArithConfig(eval_steps=(2,), eval_per_bucket=1))
+    assert task.wrong_steps(chain_of("02+4*5?"), response) == 1
+    facts = regime_facts(task, ScriptedPolicy(lambda prompt: response), eval_problems=task.eval_problems()[:1],
+                         problems=2, samples=2,
+                         seed=0, temperature=1.0, max_new_tokens=48)
+    assert facts["sampled_accuracy"] == 1.0 and facts["lucky_share"] == 1.0
