@@ -193,8 +193,11 @@ def test_unknown_task_and_task_options():
 
 
 def test_eval_ks_above_samples():
-    assert "eval.ks [1, 8] needs eval.samples >= 8" in config_error(["eval.ks=[1, 8]"])
-    assert "eval.ks [1, 4] needs eval.samples >= 4" in config_error(["eval.samples=2"])
+    assert "eval.ks [1, 8] needs eval.samples or eval.final_samples >= 8" in config_error(["eval.ks=[1, 8]"])
+    assert "eval.ks [1, 4] needs eval.samples or eval.final_samples >= 4" in config_error(["eval.samples=2"])
+    assert "needs eval.samples or eval.final_samples >= 16" in config_error(["eval.ks=[1, 16]", "eval.final_samples=8"])
+    config = load_config(None, ["eval.samples=0", "eval.final_samples=16", "eval.ks=[1, 4, 16]"])  # k at the end only
+    assert (config.eval.samples, config.eval.final_samples) == (0, 16)
     # greedy only: samples 0 works with ks up to 1
     config = load_config(None, ["eval.samples=0", "eval.ks=[1]"])
     assert (config.eval.samples, config.eval.ks) == (0, [1])

@@ -21,9 +21,9 @@ LAYERS: list[set[str]] = [
     {"methods"},  # the registry of methods: sampler + estimator + loss
     {"config"},  # the run configuration
     {"testbed", "policy", "evaluate", "checkpoint", "plots", "progress", "demo"},
-    {"models"},  # model sources (the testbed among them) and the generation backend
+    {"models", "testbed_facts"},  # model sources (the testbed among them) and the generation backend; regime facts
     {"train"},  # the trainer
-    {"study", "integrations"},  # studies; TRL and verl adapters
+    {"study", "integrations", "gradient_variance"},  # studies; TRL and verl adapters; measurements over runs
     {"cli", "__init__"},  # the command line; the package's public names
     {"__main__"},  # `python -m credo`
 ]

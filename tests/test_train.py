@@ -106,6 +106,13 @@ def test_a_rollout_token_budget_ends_the_run_at_the_step_that_reaches_it(tmp_pat
     assert summary["eval_end"] == records[-1]["eval"]
 
 
+def test_the_last_evaluation_takes_the_final_samples(tmp_path):
+    summary, run_dir = run(tmp_path, None, ["eval.samples=0", "eval.final_samples=3", "eval.ks=[1, 3]"])
+    evals = [r["eval"] for r in records_of(run_dir) if "eval" in r]
+    assert len(evals) == 3 and all("pass@1" not in e for e in evals[:-1])
+    assert {"pass@1", "pass@3", "avg@3"} <= set(evals[-1]) and summary["eval_end"] == evals[-1]
+
+
 def test_a_budget_the_steps_do_not_reach_changes_nothing(tmp_path):
     _, plain_dir = run(tmp_path, None, [], name="plain")
     summary, budget_dir = run(tmp_path, None, ["train.rollout_tokens=100000"], name="budget")

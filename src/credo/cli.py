@@ -356,6 +356,39 @@ def testbed_facts(
         write_json_atomic(output, facts)
 
 
+@app.command("gradient-variance")
+@one_line_errors
+def gradient_variance(
+    configs: list[Path] = typer.Argument(..., help="Run configs, one per method; the first is the reference (GRPO)."),
+    draws: int = typer.Option(16, min=2, help="Rollout batches resampled on the same prompts, per method."),
+    overrides: list[str] = typer.Option([], "--set", help="Override a key of every config, e.g. --set model.path=DIR."),
+    output: Path = typer.Option(None, "--json", help="Also write the results to this JSON file (atomically)."),
+) -> None:
+    """The spread of each method's policy-gradient estimate on common batches: the same policy and prompts, the
+    groups resampled `draws` times (`credo.gradient_variance`); relative variance against the first config's."""
+    from credo.config import load_config
+    from credo.gradient_variance import gradient_draws, spread
+    from credo.io import write_json_atomic
+
+    _quiet_transformers()
+    loaded = [(path, load_config(path, overrides)) for path in configs]  # every config checked before any runs
+    results = {}
+    for path, config in loaded:
+        grads, extra = gradient_draws(config, draws)
+        results[str(path)] = {"method": config.method, **spread(grads), **extra}
+    reference = next(iter(results.values()))["relative_variance"]
+    table = Table(title=f"policy-gradient spread over {draws} resampled batches of the same prompts")
+    for column in ("config", "method", "relative variance", "vs first", "mean cosine", "|g| mean", "reward", "tokens"):
+        table.add_column(column, justify="left" if column in ("config", "method") else "right")
+    for path, row in results.items():
+        table.add_row(path, row["method"], f"{row['relative_variance']:.3g}", f"{row['relative_variance'] / reference:.2f}",
+                      f"{row['mean_cosine']:.3f}", f"{row['grad_norm_mean']:.3g}", f"{row['reward_mean']:.3f}",
+                      f"{row['tokens_per_draw']:.0f}")
+    console.print(table)
+    if output is not None:
+        write_json_atomic(output, results)
+
+
 @app.command()
 @one_line_errors
 def methods(

@@ -162,8 +162,13 @@ class EvalConfig(Section):
     """Evaluate one greedy response per problem (greedy pass@1); False: sampled responses only."""
     samples: int = Field(4, ge=0)
     """Sampled responses per problem for pass@k / avg@k (0: greedy only)."""
+    final_samples: int | None = Field(None, ge=1)
+    """Sampled responses per problem at a run's last evaluation (None: `samples`).
+
+    The curve's evaluations can then stay cheap (e.g. `samples: 0`, greedy only) while the end gives pass@k for a
+    large k (`final_samples: 16`, `ks: [1, 4, 16]`); each k is reported where it is at most the samples taken."""
     ks: list[PositiveInt] = Field(default_factory=lambda: [1, 4], min_length=1)
-    """k of the pass@k metrics (each at most `samples`; unused when samples is 0)."""
+    """k of the pass@k metrics (each at most `samples` or `final_samples`; unused without samples)."""
     temperature: float = Field(1.0, gt=0.0)
     """Sampling temperature of the evaluation's sampled responses (`samples`)."""
     max_problems: int | None = Field(None, ge=1)
@@ -213,8 +218,9 @@ class RunConfig(Section):
             raise ValueError(f"{error} ({task})") from None
         if self.rollout.backend == "vllm" and self.train.device == "cpu":
             raise ValueError("rollout.backend = vllm needs a CUDA GPU; train.device is cpu (use the transformers backend)")
-        if self.eval.samples and max(self.eval.ks) > self.eval.samples:
-            raise ValueError(f"eval.ks {self.eval.ks} needs eval.samples >= {max(self.eval.ks)}")
+        most = max(self.eval.samples, self.eval.final_samples or 0)
+        if most and max(self.eval.ks) > most:
+            raise ValueError(f"eval.ks {self.eval.ks} needs eval.samples or eval.final_samples >= {max(self.eval.ks)}")
         updates = self.train.steps * self.optim.minibatches * self.optim.epochs
         if self.optim.warmup_steps > updates:
             raise ValueError(f"optim.warmup_steps = {self.optim.warmup_steps} exceeds the run's {updates} "

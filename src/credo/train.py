@@ -134,7 +134,7 @@ def train_steps(trainer: Trainer, state: TrainState, stream: ProblemStream, eval
             log.info("step %d: %d rollout tokens reach train.rollout_tokens = %d; stopping",
                      state.step, state.rollout_tokens, config.train.rollout_tokens)
         if state.step % config.train.eval_every == 0 or last:
-            report_eval(trainer, eval_problems, state, trackers, progress)
+            report_eval(trainer, eval_problems, state, trackers, progress, final=last)
         if state.step % config.train.checkpoint_every == 0 or last:
             save_checkpoint(trainer.run, trainer.model, trainer.optimizer, trainer.scheduler, state,
                             config.train.keep_checkpoints)
@@ -349,12 +349,39 @@ def update(trainer: Trainer, batch: RolloutBatch, state: TrainState, *,
 
 def optimiser_step(trainer: Trainer, minibatch: RolloutBatch, state: TrainState, *,
                    usable: bool = True) -> tuple[dict[str, float], torch.Tensor]:
-    """One optimiser step on a mini-batch, accumulated over micro-batches.
+    """One optimiser step on a mini-batch, accumulated over micro-batches (`accumulate_gradient`).
 
     The step is skipped (no weight, optimiser or schedule change; `optim/skipped` 1, no credit) when the
     current log-probs, the loss or the gradient are non-finite, when the gradient norm exceeds
     `train.max_grad_norm`, or when `usable` is False. Returns the metrics and the mini-batch's per-token
     credit `-rows * dLoss/dlogp`, (rows, T).
+    """
+    config = trainer.config
+    metrics, credit, good = accumulate_gradient(trainer, minibatch, usable=usable)
+    params = [p for p in trainer.model.parameters() if p.requires_grad]
+    if good:
+        norm = torch.nn.utils.clip_grad_norm_(params, config.optim.grad_clip or math.inf)
+        metrics["grad_norm"] = float(norm)
+        bound = config.train.max_grad_norm
+        good = bool(torch.isfinite(norm)) and (bound is None or float(norm) <= bound)
+    if good:
+        trainer.optimizer.step()
+        trainer.scheduler.step()
+    else:
+        state.skipped_steps += 1
+        credit.zero_()
+    trainer.optimizer.zero_grad(set_to_none=True)
+    metrics["optim/skipped"] = float(not good)
+    return metrics, credit
+
+
+def accumulate_gradient(trainer: Trainer, minibatch: RolloutBatch, *,
+                        usable: bool = True) -> tuple[dict[str, float], torch.Tensor, bool]:
+    """The gradient of the method's loss on a mini-batch, accumulated over micro-batches into the trainable
+    parameters' `.grad` (with the loss's whole-mini-batch normalisers, so it equals one pass's gradient).
+
+    Returns the loss's metrics, the per-token credit `-rows * dLoss/dlogp` (rows, T), and whether every
+    log-prob and the loss were finite (and `usable`); when not, the accumulation stopped there.
     """
     config = trainer.config
     denominators = trainer.method.loss.normalisers(minibatch.loss_mask)
@@ -391,21 +418,7 @@ def optimiser_step(trainer: Trainer, minibatch: RolloutBatch, state: TrainState,
             metrics[key] = metrics.get(key, 0.0) + weight * value
     if trainer.on_policy and good:
         metrics["entropy/mean"] = entropy_sum / max(1, int(minibatch.response_mask.sum()))
-    params = [p for p in trainer.model.parameters() if p.requires_grad]
-    if good:
-        norm = torch.nn.utils.clip_grad_norm_(params, config.optim.grad_clip or math.inf)
-        metrics["grad_norm"] = float(norm)
-        bound = config.train.max_grad_norm
-        good = bool(torch.isfinite(norm)) and (bound is None or float(norm) <= bound)
-    if good:
-        trainer.optimizer.step()
-        trainer.scheduler.step()
-    else:
-        state.skipped_steps += 1
-        credit.zero_()
-    trainer.optimizer.zero_grad(set_to_none=True)
-    metrics["optim/skipped"] = float(not good)
-    return metrics, credit
+    return metrics, credit, good
 
 
 # ------------------------------------------------------------------------------------------- records
@@ -462,20 +475,24 @@ def log_samples(trainer: Trainer, step: int, rollout: Rollout, batch: RolloutBat
         })
 
 
-def report_eval(trainer: Trainer, problems, state: TrainState, trackers: Trackers, progress: TrainProgress) -> dict:
+def report_eval(trainer: Trainer, problems, state: TrainState, trackers: Trackers, progress: TrainProgress, *,
+                final: bool = False) -> dict:
     """Evaluate (`record_eval`) and report the result to the trackers and the live view."""
-    result = record_eval(trainer, problems, state)
+    result = record_eval(trainer, problems, state, final=final)
     trackers.log_eval(result, state.step)
     progress.evaluated(state.step, result)
     return result
 
 
-def record_eval(trainer: Trainer, problems, state: TrainState) -> dict:
+def record_eval(trainer: Trainer, problems, state: TrainState, *, final: bool = False) -> dict:
+    """Evaluate the policy on the held-out `problems` and append the result to metrics.jsonl; the run's last
+    evaluation (`final`) samples `eval.final_samples` responses per problem where set."""
     config = trainer.config
     if trainer.sampling_keys is not None:
         trainer.sampling_keys.begin(EVAL, state.step)
+    samples = config.eval.final_samples if final and config.eval.final_samples is not None else config.eval.samples
     result = evaluate_policy(
-        trainer.backend, trainer.task, problems, config.eval,
+        trainer.backend, trainer.task, problems, config.eval.model_copy(update={"samples": samples}),
         max_new_tokens=config.rollout.max_new_tokens, seed=config.train.seed + 1_000_003 * (state.step + 1),
         reward_errors=config.rollout.reward_errors,
     )

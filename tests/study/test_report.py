@@ -202,3 +202,18 @@ def test_a_written_report_is_drawn_again_from_its_json_alone(study_dir, tmp_path
     (first / "report.json").unlink()
     with pytest.raises(FileNotFoundError, match="no report.json to draw the report from"):
         write_report(first, from_json=True)
+
+
+def test_metrics_sampled_only_at_the_end_are_reported_but_not_drawn(study_dir):
+    """`eval.final_samples`: pass@k only in the last evaluation gives a final column and no one-point curve."""
+    for path in study_dir.glob("default/*/seed*"):
+        records = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+        evals = [r for r in records if "eval" in r]
+        for record in evals[:-1]:
+            record["eval"] = {k: v for k, v in record["eval"].items() if not k.startswith("pass@")}
+        (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    write_report(study_dir)
+    numbers = json.loads((study_dir / "report.json").read_text())["default"]
+    assert list(numbers["curves"]) == ["greedy_pass@1"]
+    assert {"pass@1", "pass@4"} <= set(numbers["methods"][0]["final"])
+    assert not list((study_dir / "plots").glob("*pass_at_4*")) and "final pass@4" in (study_dir / "report.md").read_text()

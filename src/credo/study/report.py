@@ -404,7 +404,8 @@ def results_from_runs(directory: Path, report: ReportConfig) -> dict[str, Diffic
             out[difficulty] = None
             continue
         result = analyse(by_method, report, difficulty)
-        metrics = [result.metric] + [k for k in ("pass@1", _largest_pass_k(by_method)) if k and k != result.metric]
+        metrics = [result.metric] + [k for k in ("pass@1", _largest_pass_k(by_method))
+                                     if k and k != result.metric and _has_curve(by_method, k)]
         out[difficulty] = DifficultyReport(
             result, {metric: mean_curves(by_method, metric) for metric in metrics},
             [f"{m} ({len(rs)}/{len(study['seeds'])})" for m, rs in by_method.items() if len(rs) < len(study["seeds"])],
@@ -519,6 +520,11 @@ def _keep(directory: Path, out: Path, name: str) -> bool:
         (out / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, out / name)
     return True
+
+
+def _has_curve(runs: dict[str, list[Run]], metric: str) -> bool:
+    """Whether every run evaluated `metric` at least twice (not only at its end, `eval.final_samples`)."""
+    return all(sum(metric in e["eval"] for e in r.evals) >= 2 for rs in runs.values() for r in rs)
 
 
 def _largest_pass_k(runs: dict[str, list[Run]]) -> str | None:
