@@ -48,6 +48,24 @@ def test_cells_layer_file_study_difficulty_method_and_seed(tmp_path):
     assert cells[0].run_dir == tmp_path / "out" / "easy" / "grpo" / "seed0"
 
 
+def test_a_difficulty_lays_its_base_files_under_its_overrides(tmp_path):
+    regime = CONFIGS / "hard" / "regime_decisive.yaml"
+    path = write_study(tmp_path, difficulties={
+        "decisive": {"base": str(regime)},
+        "decisive_long": {"base": [str(regime)], "task": {"max_misconception_steps": 2}},
+        "bad": {"base": 3}})
+    with pytest.raises(ConfigError, match="difficulty bad: base must be a file name or a list"):
+        load_study(path).cells()
+    path = write_study(tmp_path, difficulties={
+        "decisive": {"base": str(regime)},
+        "decisive_long": {"base": [str(regime)], "task": {"max_misconception_steps": 2}}})
+    by = {(c.difficulty, c.method): c.config for c in load_study(path).cells()}
+    assert by["decisive", "grpo"].task["invertible_steps"] is True
+    assert by["decisive", "grpo"].task["max_misconception_steps"] == 1
+    assert by["decisive_long", "grpo"].task["max_misconception_steps"] == 2  # the overrides over the base
+    assert by["decisive", "oracle_blame"].optim.lr == 3e-4  # the method's own set still on top
+
+
 @pytest.mark.parametrize("changes, message", [
     ({"seeds": []}, r"seeds: List should have at least 1 item"),
     ({"seeds": [1, 1]}, r"seeds must be distinct"),

@@ -9,11 +9,13 @@ methods:                                  # label -> a run config (and overrides
   gspo: {config: configs/testbed/hard/gspo.yaml, set: {optim: {lr: 5.0e-5}}}
 difficulties:                             # optional: label -> overrides (default: one cell, "default")
   hard: {}
+  decisive: {base: configs/testbed/hard/regime_decisive.yaml}   # `base`: config files laid under the overrides
 report: {baseline: grpo, oracle: oracle_blame, metric: greedy_pass@1}
 ```
 
 A cell's config is its method's file (with its `base` files), then the study's `set`, the difficulty's
-overrides, the method's `set` and finally `train.seed`; every cell is validated before the first one runs.
+overrides (with its own `base` files, e.g. a regime, under them), the method's `set` and finally `train.seed`;
+every cell is validated before the first one runs.
 Runs live in `<output>/<difficulty>/<method>/seed<k>/`. Running the study again skips finished cells
 (`summary.json`), resumes cells with a checkpoint and restarts cells that stopped before their first one;
 a cell whose saved config differs from what the study file now says is an error, so one directory never
@@ -121,7 +123,8 @@ class Study:
     def cells(self) -> list[Cell]:
         """Every run of the grid, validated (a bad config is an error naming the cell, before anything runs)."""
         out = []
-        for difficulty, difficulty_set in self.config.difficulties.items():
+        for difficulty, overrides in self.config.difficulties.items():
+            difficulty_set = self.with_bases(overrides, f"{self.config.name}: difficulty {difficulty}")
             for method, entry in self.config.methods.items():
                 data = read_config_file(self.root / entry.config)
                 for layer in (self.config.set, difficulty_set, entry.set):
@@ -131,6 +134,18 @@ class Study:
                     config = validate(deep_merge(data, {"train": {"seed": seed}}), where)
                     out.append(Cell(difficulty, method, seed, config, run_path(self.output, difficulty, method, seed)))
         return out
+
+
+    def with_bases(self, overrides: dict[str, Any], where: str) -> dict[str, Any]:
+        """Overrides with their `base` config files (a name or a list, relative to the study file) merged under them."""
+        bases = overrides.get("base", [])
+        bases = [bases] if isinstance(bases, str) else bases
+        if not isinstance(bases, list) or not all(isinstance(b, str) for b in bases):
+            raise ConfigError(f"{where}: base must be a file name or a list of file names, got {bases!r}")
+        data: dict[str, Any] = {}
+        for base in bases:
+            data = deep_merge(data, read_config_file(self.root / base))
+        return deep_merge(data, {key: value for key, value in overrides.items() if key != "base"})
 
 
 def load_study(path: str | Path, output: str | Path | None = None) -> Study:
