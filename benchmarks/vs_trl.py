@@ -336,9 +336,9 @@ def run_credo(config: RunConfig, workdir: Path, baton: Baton) -> SideResult:
             print(f"credo step {record['step']}: {record['time/step_s']:.2f}s", flush=True)
             baton.step("credo")
 
-    def sample_rollout(trainer, stream):  # a step starts with its rollout ...
+    def sample_rollout(trainer, stream, step=0):  # a step starts with its rollout ...
         probes.begin_step()
-        return original_sample(trainer, stream)
+        return original_sample(trainer, stream, step)
 
     def update(*args, **kwargs):  # ... and its probed part ends with the update
         try:

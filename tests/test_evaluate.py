@@ -172,3 +172,41 @@ def test_training_evaluations_follow_reward_errors(tmp_path, monkeypatch, extra)
     config = load_config(None, TINY + ["train.steps=2", "rollout.reward_errors=zero"] + extra)
     summary = train(config, tmp_path / "run", show_progress=False)
     assert summary["steps"] == 2 and {"greedy_pass@1", "pass@2"} <= set(summary["eval_start"])
+
+
+class LookupBackend:
+    """Greedy: every answer wrong; sampled: the prompt's own text (prompts encode to their index in `prompts`)."""
+
+    def __init__(self, problems):
+        self.texts = [p.prompt for p in problems]
+        self.tokenizer = self  # it encodes prompts itself
+        self.chat_template = None
+        self.sampled = []
+
+    def __call__(self, messages, add_special_tokens=True):
+        return {"input_ids": [[self.texts.index(m)] for m in messages]}
+
+    def generate(self, prompts, *, max_new_tokens, greedy=False, temperature=1.0, repeat=1):
+        if not greedy:
+            self.sampled += [self.texts[ids[0]] for ids in prompts]
+        return SimpleNamespace(texts=["wrong" if greedy else self.texts[ids[0]] for ids in prompts for _ in range(repeat)])
+
+
+def test_sample_problems_samples_the_first_of_each_bucket_and_averages_over_them():
+    problems = [Problem("right", "", "a"), Problem("wrong", "", "a"), Problem("right ", "", "a"),
+                Problem("wrong ", "", "b"), Problem("right  ", "", "b")]
+
+    class Task:
+        name = "lookup"
+
+        def verify(self, problem, response):
+            return Verdict(reward=float(response.startswith("right")), correct=response.startswith("right"))
+
+    backend = LookupBackend(problems)
+    config = EvalConfig(samples=2, ks=[1, 2], sample_problems=1)
+    result = evaluate_policy(backend, Task(), problems, config, max_new_tokens=4, seed=0)
+    assert backend.sampled == ["right", "wrong "]  # the first problem of bucket a and of bucket b
+    assert result["greedy_pass@1"] == 0.0  # greedy covers all five (every greedy answer wrong)
+    assert result["pass@1"] == pytest.approx(0.5) and result["avg@2"] == pytest.approx(0.5)
+    assert result["by_difficulty"]["a"]["pass@2"] == 1.0 and result["by_difficulty"]["b"]["pass@2"] == 0.0
+    assert result["by_difficulty"]["a"]["problems"] == 3

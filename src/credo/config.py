@@ -173,6 +173,11 @@ class EvalConfig(Section):
     """Sampling temperature of the evaluation's sampled responses (`samples`)."""
     max_problems: int | None = Field(None, ge=1)
     """Use only the first problems of each difficulty bucket (None: all)."""
+    sample_problems: int | None = Field(None, ge=1)
+    """Sample responses (pass@k, avg@k) for only the first problems of each difficulty bucket (None: all).
+
+    Greedy pass@1 still covers every evaluated problem (`max_problems`); sampling 16 answers per problem can then
+    stay on a smaller set than the greedy curve's."""
 
 
 class RunConfig(Section):

@@ -22,14 +22,15 @@ def summarise(
 ) -> dict:
     """Overall and per-difficulty metrics from per-problem results.
 
-    `greedy_correct[i]`: problem i's greedy answer was right; `sample_correct[i]`: its n sampled answers.
-    Keys: `greedy_pass@1`, `pass@k` and `avg@n` (n = samples per problem), and `by_difficulty`.
+    `greedy_correct[i]`: problem i's greedy answer was right; `sample_correct[i]`: its n sampled answers, or None
+    where problem i was not sampled (`eval.sample_problems`). Keys: `greedy_pass@1`, `pass@k` and `avg@n` (n =
+    samples per problem), each the mean over the problems that have it, and `by_difficulty`.
     """
     per_problem: list[dict[str, float]] = [{} for _ in difficulties]
     for i in range(len(difficulties)):
         if greedy_correct is not None:
             per_problem[i]["greedy_pass@1"] = float(greedy_correct[i])
-        if sample_correct is not None:
+        if sample_correct is not None and sample_correct[i] is not None:
             outcomes = sample_correct[i]
             n, c = len(outcomes), sum(bool(x) for x in outcomes)
             for k in ks:
@@ -45,13 +46,15 @@ def summarise(
 
 
 def _mean(rows: list[dict[str, float]]) -> dict:
-    keys = rows[0].keys() if rows else []
-    return {key: sum(r[key] for r in rows) / len(rows) for key in keys}
+    """Each key's mean over the rows that hold it (keys in first-seen order)."""
+    keys = dict.fromkeys(key for r in rows for key in r)
+    return {key: sum(r[key] for r in rows if key in r) / sum(key in r for r in rows) for key in keys}
 
 
 def evaluate_policy(backend, task, problems, config, *, max_new_tokens: int, seed: int,
                     reward_errors: str = "raise") -> dict:
-    """Greedy pass@1 and pass@k / avg@n from `config.samples` samples per problem, overall and per difficulty.
+    """Greedy pass@1 and pass@k / avg@n from `config.samples` samples per problem (of the first
+    `config.sample_problems` of each difficulty, where set), overall and per difficulty.
 
     Responses come from the run's generation backend (`credo.rollout.generate.TransformersBackend` or vLLM).
     Sampling runs under its own seed (the training RNG stream is left untouched), so evaluations of
@@ -72,21 +75,28 @@ def evaluate_policy(backend, task, problems, config, *, max_new_tokens: int, see
             greedy = [v.correct for v in verify_all(task, problems, out.texts, reward_errors)[0]]
         if config.samples:
             n = config.samples
-            out = backend.generate(prompts, max_new_tokens=max_new_tokens, temperature=config.temperature, repeat=n)
-            rows = [p for p in problems for _ in range(n)]
+            chosen = sampled_indices(problems, config.sample_problems)
+            out = backend.generate([prompts[i] for i in chosen], max_new_tokens=max_new_tokens,
+                                   temperature=config.temperature, repeat=n)
+            rows = [problems[i] for i in chosen for _ in range(n)]
             flat = [v.correct for v in verify_all(task, rows, out.texts, reward_errors)[0]]
-            samples = [flat[i * n : (i + 1) * n] for i in range(len(problems))]
+            samples = [None] * len(problems)
+            for j, i in enumerate(chosen):
+                samples[i] = flat[j * n : (j + 1) * n]
     return summarise([p.difficulty for p in problems], greedy, samples, config.ks)
 
 
 def eval_subset(problems, max_problems: int | None):
     """The first `max_problems` problems of each difficulty bucket (all when None)."""
-    if max_problems is None:
-        return list(problems)
+    return [problems[i] for i in sampled_indices(problems, max_problems)]
+
+
+def sampled_indices(problems, per_bucket: int | None) -> list[int]:
+    """Indices of the first `per_bucket` problems of each difficulty bucket, in order (all when None)."""
     seen: dict[str, int] = defaultdict(int)
     out = []
-    for p in problems:
-        if seen[p.difficulty] < max_problems:
-            out.append(p)
+    for i, p in enumerate(problems):
+        if per_bucket is None or seen[p.difficulty] < per_bucket:
+            out.append(i)
             seen[p.difficulty] += 1
     return out

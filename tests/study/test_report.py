@@ -217,3 +217,18 @@ def test_metrics_sampled_only_at_the_end_are_reported_but_not_drawn(study_dir):
     assert list(numbers["curves"]) == ["greedy_pass@1"]
     assert {"pass@1", "pass@4"} <= set(numbers["methods"][0]["final"])
     assert not list((study_dir / "plots").glob("*pass_at_4*")) and "final pass@4" in (study_dir / "report.md").read_text()
+
+
+def test_a_greedy_only_study_has_no_sampled_columns(study_dir):
+    for path in study_dir.glob("default/*/seed*"):
+        records = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+        for record in records:
+            if "eval" in record:
+                record["eval"] = {"greedy_pass@1": record["eval"]["greedy_pass@1"], "by_difficulty": {}}
+        (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        summary = json.loads((path / "summary.json").read_text())
+        summary["eval_end"] = records[-2]["eval"] if "eval" in records[-2] else records[-1]["eval"]
+        (path / "summary.json").write_text(json.dumps(summary))
+    write_report(study_dir)
+    assert "final pass@1" not in (study_dir / "report.md").read_text()
+    assert list(json.loads((study_dir / "report.json").read_text())["default"]["curves"]) == ["greedy_pass@1"]

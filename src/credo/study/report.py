@@ -225,7 +225,8 @@ def _signed(e: Estimate) -> str:
 def table(result: DifficultyResult, report: ReportConfig) -> Table:
     pass_k = sorted({k for r in result.rows for k in r.final if k.startswith("pass@") and k != "pass@1"},
                     key=lambda k: int(k.split("@")[1]))
-    finals = [result.metric] + [k for k in ("pass@1", *pass_k[-1:]) if k != result.metric]
+    reported = {k for r in result.rows for k in r.final}
+    finals = [result.metric] + [k for k in ("pass@1", *pass_k[-1:]) if k != result.metric and k in reported]
     columns = [
         ("method", lambda r: f"`{r.method}`"),
         ("seeds", lambda r: str(r.seeds)),
