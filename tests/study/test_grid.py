@@ -48,6 +48,21 @@ def test_cells_layer_file_study_difficulty_method_and_seed(tmp_path):
     assert cells[0].run_dir == tmp_path / "out" / "easy" / "grpo" / "seed0"
 
 
+def test_a_method_may_run_its_own_seeds_and_runs_may_go_seed_by_seed(tmp_path):
+    methods = {"grpo": str(CONFIGS / "grpo.yaml"), "oracle_blame": {"config": str(CONFIGS / "oracle_blame.yaml"),
+                                                                    "seeds": [1]}}
+    path = write_study(tmp_path, seeds=[0, 1, 2], methods=methods)
+    assert [(c.method, c.seed) for c in load_study(path).cells()] == [
+        ("grpo", 0), ("grpo", 1), ("grpo", 2), ("oracle_blame", 1)]
+    path = write_study(tmp_path, seeds=[0, 1, 2], methods=methods, order="seeds")
+    assert [(c.method, c.seed) for c in load_study(path).cells()] == [
+        ("grpo", 0), ("grpo", 1), ("oracle_blame", 1), ("grpo", 2)]
+    for bad in ([], [1, 1]):
+        methods["oracle_blame"]["seeds"] = bad
+        with pytest.raises(ConfigError, match="a method's seeds must be distinct and at least one"):
+            load_study(write_study(tmp_path, methods=methods))
+
+
 def test_a_difficulty_lays_its_base_files_under_its_overrides(tmp_path):
     regime = CONFIGS / "hard" / "regime_decisive.yaml"
     path = write_study(tmp_path, difficulties={

@@ -232,3 +232,19 @@ def test_a_greedy_only_study_has_no_sampled_columns(study_dir):
     write_report(study_dir)
     assert "final pass@1" not in (study_dir / "report.md").read_text()
     assert list(json.loads((study_dir / "report.json").read_text())["default"]["curves"]) == ["greedy_pass@1"]
+
+
+def test_a_method_with_fewer_seeds_is_paired_on_them_and_not_called_unfinished(study_dir):
+    study = yaml.safe_load((study_dir / "study.yaml").read_text())
+    study["seeds"] = [0, 1, 2]
+    study["methods"]["better"]["seeds"] = [0, 1]
+    (study_dir / "study.yaml").write_text(yaml.safe_dump(study))
+    for method in CURVES:
+        if method != "better":
+            make_run(study_dir / "default" / method / "seed2", method, 2, CURVES[method])
+    write_report(study_dir)
+    numbers = json.loads((study_dir / "report.json").read_text())["default"]
+    rows = {r["method"]: r for r in numbers["methods"]}
+    assert rows["better"]["seeds"] == 2 and rows["grpo"]["seeds"] == 3
+    assert rows["better"]["auc_vs_baseline"]["n"] == 2  # paired over the seeds both ran
+    assert "unfinished" not in numbers

@@ -50,6 +50,15 @@ class MethodEntry(Strict):
     """The run config file (paths relative to the study file)."""
     set: dict[str, Any] = Field(default_factory=dict)
     """Overrides of this method's runs, as a nested mapping (e.g. `{optim: {lr: 5.0e-5}}`)."""
+    seeds: list[int] | None = None
+    """This method's seeds (None: the study's `seeds`), e.g. fewer for a method outside the main contrasts."""
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct(cls, seeds: list[int] | None) -> list[int] | None:
+        if seeds is not None and (not seeds or len(set(seeds)) != len(seeds)):
+            raise ValueError(f"a method's seeds must be distinct and at least one, got {seeds}")
+        return seeds
 
 
 class ReportConfig(Strict):
@@ -78,7 +87,14 @@ class StudyConfig(Strict):
     """Overrides of every run, as a nested mapping."""
     methods: dict[str, MethodEntry] = Field(min_length=1)
     difficulties: dict[str, dict[str, Any]] = Field(default_factory=lambda: {"default": {}}, min_length=1)
+    order: Literal["methods", "seeds"] = "methods"
+    """The order of the runs: each method's seeds in turn, or by seed ("seeds": every method's run of a seed before
+    the next seed, so a study stopped half-way holds every method at the same seeds)."""
     report: ReportConfig = ReportConfig()
+
+    def seeds_of(self, method: str) -> list[int]:
+        """The seeds of `method`: its own, else the study's."""
+        return self.methods[method].seeds or self.seeds
 
     @field_validator("methods", mode="before")
     @classmethod
@@ -129,10 +145,14 @@ class Study:
                 data = read_config_file(self.root / entry.config)
                 for layer in (self.config.set, difficulty_set, entry.set):
                     data = deep_merge(data, layer)
-                for seed in self.config.seeds:
+                for seed in self.config.seeds_of(method):
                     where = f"{self.config.name}: method {method}, difficulty {difficulty}, seed {seed}"
                     config = validate(deep_merge(data, {"train": {"seed": seed}}), where)
                     out.append(Cell(difficulty, method, seed, config, run_path(self.output, difficulty, method, seed)))
+        if self.config.order == "seeds":
+            rank = {seed: i for i, seed in enumerate(dict.fromkeys(
+                seed for method in self.config.methods for seed in self.config.seeds_of(method)))}
+            out.sort(key=lambda cell: rank[cell.seed])  # stable: difficulties and methods keep their order
         return out
 
 

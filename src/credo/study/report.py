@@ -67,7 +67,7 @@ def load_runs(directory: Path) -> tuple[dict, dict[str, dict[str, list[Run]]]]:
         out[difficulty] = {}
         for method in study["methods"]:
             runs = []
-            for seed in study["seeds"]:
+            for seed in seeds_of(study, method):
                 path = run_path(directory, difficulty, method, seed)
                 if (path / "summary.json").exists():
                     evals = [r for r in iter_jsonl(path / "metrics.jsonl") if "eval" in r]
@@ -75,6 +75,11 @@ def load_runs(directory: Path) -> tuple[dict, dict[str, dict[str, list[Run]]]]:
                                     json.loads((path / "summary.json").read_text())))
             out[difficulty][method] = runs
     return study, out
+
+
+def seeds_of(study: dict, method: str) -> list[int]:
+    """A method's seeds in a resolved study file: its own, else the study's."""
+    return study["methods"][method].get("seeds") or study["seeds"]
 
 
 @dataclass(frozen=True)
@@ -396,7 +401,7 @@ def results_from_runs(directory: Path, report: ReportConfig) -> dict[str, Diffic
     the whole directory has none."""
     study, runs = load_runs(directory)
     if not any(rs for by_method in runs.values() for rs in by_method.values()):
-        cells = len(study["difficulties"]) * len(study["methods"]) * len(study["seeds"])
+        cells = len(study["difficulties"]) * sum(len(seeds_of(study, m)) for m in study["methods"])
         raise NoFinishedRuns(f"{directory}: no finished run yet (none of its {cells} run folders holds a summary.json); "
                              "nothing to report, so an existing report there is left as it was")
     out: dict[str, DifficultyReport | None] = {}
@@ -409,7 +414,8 @@ def results_from_runs(directory: Path, report: ReportConfig) -> dict[str, Diffic
                                      if k and k != result.metric and _has_curve(by_method, k)]
         out[difficulty] = DifficultyReport(
             result, {metric: mean_curves(by_method, metric) for metric in metrics},
-            [f"{m} ({len(rs)}/{len(study['seeds'])})" for m, rs in by_method.items() if len(rs) < len(study["seeds"])],
+            [f"{m} ({len(rs)}/{len(seeds_of(study, m))})" for m, rs in by_method.items()
+             if len(rs) < len(seeds_of(study, m))],
             collect_samples(by_method, report.heatmap_step))
     return out
 
