@@ -248,3 +248,44 @@ def test_a_method_with_fewer_seeds_is_paired_on_them_and_not_called_unfinished(s
     assert rows["better"]["seeds"] == 2 and rows["grpo"]["seeds"] == 3
     assert rows["better"]["auc_vs_baseline"]["n"] == 2  # paired over the seeds both ran
     assert "unfinished" not in numbers
+
+
+def test_areas_at_equal_steps_and_unstable_runs(study_dir):
+    """`worse` trains 20 steps like the others: its step areas equal its token areas' difference (-0.10); seed 1 of
+    `better` gets a gradient-norm spike (> 10x its median) and seed 0 of `worse` a curve that ends below its start."""
+    def rewrite(path, change):
+        records = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+        change(records)
+        (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+    def spike(records):  # norms 50, 1, 1, 1, 1: the median is 1
+        steps = [r for r in records if "eval" not in r]
+        for i, record in enumerate(steps):
+            record["grad_norm"] = 50.0 if i == 0 else 1.0
+        records += [{"step": 20, "rollout_tokens": 2000, "grad_norm": 1.0}] * 3
+
+    def collapse(records):
+        [r for r in records if "eval" in r][-1]["eval"]["greedy_pass@1"] = 0.1
+
+    rewrite(study_dir / "default" / "better" / "seed1", spike)
+    rewrite(study_dir / "default" / "worse" / "seed0", collapse)
+    for path in (study_dir / "default" / "grpo").glob("seed*"):
+        rewrite(path, lambda records: [r.update(grad_norm=2.0) for r in records if "eval" not in r])
+    write_report(study_dir)
+    rows = {r["method"]: r for r in json.loads((study_dir / "report.json").read_text())["default"]["methods"]}
+    assert rows["better"]["steps_auc_vs_baseline"]["mean"] == pytest.approx(rows["better"]["auc_vs_baseline"]["mean"])
+    assert (rows["better"]["unstable_runs"], rows["worse"]["unstable_runs"], rows["grpo"]["unstable_runs"]) == (1, 1, 0)
+    assert "unstable runs" in (study_dir / "report.md").read_text()
+
+
+def test_the_step_area_pairs_runs_over_the_steps_both_trained(tmp_path):
+    from credo.study.report import Run, steps_area_difference
+
+    def run(steps, ys):
+        evals = [{"step": s, "rollout_tokens": 100 * s, "wall_s": 0.0, "eval": {"greedy_pass@1": y}} for s, y in zip(steps, ys)]
+        return Run("m", 0, tmp_path, evals, {})
+
+    long, short = run((0, 10, 20), (0.2, 0.4, 0.9)), run((0, 5), (0.2, 0.2))  # a costly method trained 5 steps
+    # over [0, 5]: the long run rises 0.2 -> 0.3 (mean 0.25), the short one stays at 0.2
+    assert steps_area_difference(long, short, "greedy_pass@1") == pytest.approx(0.05)
+    assert steps_area_difference(short, long, "greedy_pass@1") == pytest.approx(-0.05)

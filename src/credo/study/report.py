@@ -4,9 +4,9 @@ For each difficulty of the grid, from the finished runs' `metrics.jsonl` and `su
 - curves of held-out metrics against optimiser steps, rollout tokens (every generated token: seeds,
   localisation, revisions) and wall time, the mean over seeds with a 95% t-interval (`plots/*.png`);
 - a table: final scores; the area under the curve (its mean height) over an equal rollout-token budget;
-  the paired difference of that area to the baseline's; the share of the oracle's gain
-  (`credo.study.curves.share_of_gain`); rollout tokens needed to reach the baseline's final score; blame
-  precision (`credo.diagnostics`); cost;
+  the paired difference of that area to the baseline's, and of the areas against optimiser steps; the share of
+  the oracle's gain (`credo.study.curves.share_of_gain`); rollout tokens needed to reach the baseline's final score;
+  blame precision (`credo.diagnostics`); unstable runs (collapsed curves, exploded gradient norms); cost;
 - findings in plain words, derived from the table (better / worse / not distinguishable from the baseline);
 - a credit heatmap page (`credit_<difficulty>.html`, `credo.study.heatmap`; its records beside it in
   `credit_<difficulty>.jsonl`).
@@ -36,6 +36,10 @@ from credo.study.heatmap import collect_samples, write_heatmap
 AXES = {"step": "optimiser steps (rollout batches)", "rollout_tokens": "rollout tokens generated", "wall_s": "wall time (s)"}
 
 
+EXPLODED = 10.0
+"""A run's gradient norm *explodes* at a step whose norm exceeds this multiple of the run's median norm."""
+
+
 class NoFinishedRuns(ValueError):
     """A study directory without a single finished run: nothing to report (an existing report is kept)."""
 
@@ -48,6 +52,16 @@ class Run:
     evals: list[dict]
     """Eval records: `step`, `rollout_tokens`, `wall_s`, `eval` (the metrics)."""
     summary: dict
+    grad_norms: tuple[float, ...] = ()
+    """Each optimiser step's gradient norm before clipping (`grad_norm` of the step records that have one)."""
+
+    def unstable(self, metric: str) -> bool:
+        """Whether the run collapsed (its last evaluation of `metric` below its first) or its gradient norm exploded
+        (a step above `EXPLODED` times the run's median)."""
+        curve = self.curve(metric, "step")
+        norms = sorted(self.grad_norms)
+        exploded = bool(norms) and norms[-1] > EXPLODED * norms[len(norms) // 2]
+        return curve.y[-1] < curve.y[0] or exploded
 
     def curve(self, metric: str, axis: str) -> Curve:
         points = [(r[axis], r["eval"][metric]) for r in self.evals if metric in r["eval"]]
@@ -70,9 +84,14 @@ def load_runs(directory: Path) -> tuple[dict, dict[str, dict[str, list[Run]]]]:
             for seed in seeds_of(study, method):
                 path = run_path(directory, difficulty, method, seed)
                 if (path / "summary.json").exists():
-                    evals = [r for r in iter_jsonl(path / "metrics.jsonl") if "eval" in r]
+                    evals, norms = [], []
+                    for record in iter_jsonl(path / "metrics.jsonl"):
+                        if "eval" in record:
+                            evals.append(record)
+                        elif "grad_norm" in record:
+                            norms.append(float(record["grad_norm"]))
                     runs.append(Run(method, seed, path, evals,
-                                    json.loads((path / "summary.json").read_text())))
+                                    json.loads((path / "summary.json").read_text()), tuple(norms)))
             out[difficulty][method] = runs
     return study, out
 
@@ -92,6 +111,10 @@ class MethodRow:
     auc: Estimate
     auc_vs_baseline: Estimate | None
     """Paired difference of the areas to the baseline's (seeds both ran)."""
+    steps_auc_vs_baseline: Estimate | None
+    """Paired difference of the areas against optimiser steps, each pair over the steps both runs trained."""
+    unstable: int
+    """Runs that collapsed or whose gradient norm exploded (`Run.unstable`)."""
     share: Share | None
     tokens_to_target: Estimate | None
     reached: int
@@ -106,6 +129,7 @@ class MethodRow:
         return {
             "method": self.method, "seeds": self.seeds, "final": {k: est(v) for k, v in self.final.items()},
             "auc": est(self.auc), "auc_vs_baseline": est(self.auc_vs_baseline),
+            "steps_auc_vs_baseline": est(self.steps_auc_vs_baseline), "unstable_runs": self.unstable,
             "share_of_oracle_gain": None if self.share is None else
             {"value": self.share.value, "low": self.share.low, "high": self.share.high, "seeds": self.share.seeds},
             "tokens_to_baseline_final": est(self.tokens_to_target), "reached_baseline_final": self.reached,
@@ -123,6 +147,7 @@ class MethodRow:
         return cls(
             method=data["method"], seeds=data["seeds"], final={k: est(v) for k, v in data["final"].items()},
             auc=est(data["auc"]), auc_vs_baseline=est(data["auc_vs_baseline"]),
+            steps_auc_vs_baseline=est(data.get("steps_auc_vs_baseline")), unstable=data.get("unstable_runs", 0),
             share=None if share is None else Share(share["value"], share["low"], share["high"], share["seeds"]),
             tokens_to_target=est(data["tokens_to_baseline_final"]), reached=data["reached_baseline_final"],
             blame_precision=est(data["blame_precision"]), rollout_tokens=est(data["rollout_tokens"]),
@@ -158,12 +183,15 @@ def analyse(runs: dict[str, list[Run]], report: ReportConfig, difficulty: str) -
     target = mean_interval([r.curve(metric, "step").y[-1] for r in baseline]).mean
     auc = {m: {r.seed: area(r.curve(metric, "rollout_tokens"), budget) for r in rs} for m, rs in finished.items()}
     oracle = auc.get(report.oracle) if report.oracle else None
+    by_seed = {m: {r.seed: r for r in rs} for m, rs in finished.items()}
     rows = []
     for method, method_runs in finished.items():
         paired = sorted(set(auc[method]) & set(auc[report.baseline]))
-        vs_baseline = share = None
+        vs_baseline = share = steps_vs_baseline = None
         if method != report.baseline and paired:
             vs_baseline = mean_interval([auc[method][s] - auc[report.baseline][s] for s in paired])
+            steps_vs_baseline = mean_interval([steps_area_difference(by_seed[method][s], by_seed[report.baseline][s], metric)
+                                               for s in paired])
         if oracle is not None and method not in (report.baseline, report.oracle):
             seeds = sorted(set(paired) & set(oracle))
             if seeds:
@@ -175,13 +203,22 @@ def analyse(runs: dict[str, list[Run]], report: ReportConfig, difficulty: str) -
         rows.append(MethodRow(
             method=method, seeds=len(method_runs),
             final={k: mean_interval([r.summary["eval_end"][k] for r in method_runs]) for k in final_metrics(method_runs)},
-            auc=mean_interval(list(auc[method].values())), auc_vs_baseline=vs_baseline, share=share,
+            auc=mean_interval(list(auc[method].values())), auc_vs_baseline=vs_baseline,
+            steps_auc_vs_baseline=steps_vs_baseline, unstable=sum(r.unstable(metric) for r in method_runs), share=share,
             tokens_to_target=mean_interval(reached) if reached else None, reached=len(reached),
             blame_precision=mean_interval(precisions) if precisions else None,
             rollout_tokens=mean_interval([r.summary["rollout_tokens"] for r in method_runs]),
             wall_s=mean_interval([r.summary["wall_s"] for r in method_runs]),
         ))
     return DifficultyResult(difficulty, metric, budget, target, rows)
+
+
+def steps_area_difference(run: Run, baseline: Run, metric: str) -> float:
+    """The difference of two runs' areas against optimiser steps, over the steps both trained (a method that spends
+    more tokens per step trains fewer steps at an equal token budget)."""
+    ours, theirs = run.curve(metric, "step"), baseline.curve(metric, "step")
+    budget = min(ours.x[-1], theirs.x[-1])
+    return area(ours, budget) - area(theirs, budget)
 
 
 def findings(result: DifficultyResult, report: ReportConfig) -> list[str]:
@@ -238,6 +275,8 @@ def table(result: DifficultyResult, report: ReportConfig) -> Table:
         *((f"final {k}", lambda r, k=k: str(r.final[k]) if k in r.final else "–") for k in finals),
         (f"area ≤{_tokens(result.budget)} tok", lambda r: str(r.auc)),
         (f"Δ area vs {report.baseline}", lambda r: _signed(r.auc_vs_baseline) if r.auc_vs_baseline else "–"),
+        (f"Δ area vs {report.baseline} at equal steps",
+         lambda r: _signed(r.steps_auc_vs_baseline) if r.steps_auc_vs_baseline else "–"),
     ]
     if report.oracle:
         columns.append((f"share of {report.oracle} gain", lambda r: str(r.share) if r.share else "–"))
@@ -246,6 +285,7 @@ def table(result: DifficultyResult, report: ReportConfig) -> Table:
          lambda r: f"{_tokens(r.tokens_to_target.mean)} ({r.reached}/{r.seeds})" if r.tokens_to_target
          else f"not reached (0/{r.seeds})"),
         ("blame precision", lambda r: str(r.blame_precision) if r.blame_precision else "–"),
+        ("unstable runs", lambda r: f"{r.unstable}/{r.seeds}"),
         ("rollout tokens", lambda r: _tokens(r.rollout_tokens.mean)),
         ("wall s", lambda r: f"{r.wall_s.mean:.0f}"),
     ]
@@ -544,7 +584,10 @@ def glossary() -> list[Block]:
         "final: the held-out metric at the last evaluation (mean ± half-width of the 95% interval).",
         "area: the mean height of the learning curve against rollout tokens, from 0 to the budget in the header "
         "(the smallest final budget in the grid unless the study sets `report.auc_tokens`): equal cost for every method.",
-        "Δ area: the paired difference to the baseline's area, seed by seed.",
+        "Δ area: the paired difference to the baseline's area, seed by seed; at equal steps: of the areas against "
+        "optimiser steps, each pair over the steps both runs trained.",
+        "unstable runs: runs whose last evaluation fell below their first, or whose gradient norm at some step exceeded "
+        f"{EXPLODED:g}x the run's median.",
         "share of the oracle's gain: (area − baseline's) / (oracle's − baseline's) over paired seeds; 1 recovers all of "
         "perfect blame, 0 none, negative is worse than the baseline; undefined when the oracle is no better than the "
         "baseline; an unbounded interval means some bootstrap resample had no oracle gain.",
