@@ -295,14 +295,18 @@ def read_config_file(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]
     if path.resolve() in _seen:
         raise ConfigError(f"{where}: `base` files include each other in a cycle: {' -> '.join(map(str, _seen))}")
     data = read_yaml_mapping(path, "a mapping of sections")
-    bases = data.pop("base", [])
+    merged: dict[str, Any] = {}
+    for base in base_files(data.pop("base", []), where):
+        merged = deep_merge(merged, read_config_file(path.parent / base, (*_seen, path.resolve())))
+    return deep_merge(merged, data)
+
+
+def base_files(bases: Any, where: str) -> list[str]:
+    """A `base` value as a list of file names (one name or a list); anything else is a ConfigError naming `where`."""
     bases = [bases] if isinstance(bases, str) else bases
     if not isinstance(bases, list) or not all(isinstance(b, str) for b in bases):
         raise ConfigError(f"{where}: base must be a file name or a list of file names, got {bases!r}")
-    merged: dict[str, Any] = {}
-    for base in bases:
-        merged = deep_merge(merged, read_config_file(path.parent / base, (*_seen, path.resolve())))
-    return deep_merge(merged, data)
+    return bases
 
 
 def read_yaml_mapping(path: Path, what: str) -> dict[str, Any]:

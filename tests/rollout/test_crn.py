@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tiny import TINY, TINY_TESTBED
+from tiny import TINY
 
 from credo.config import ConfigError, load_config
-from credo.models import load_model
 from credo.rollout.crn import EVAL, TRAIN, CommonRandomNumbers, mix, sample_by_inversion, uniforms
-from credo.rollout.generate import TransformersBackend, encode_prompts, generate, pick_tokens
+from credo.rollout.generate import TransformersBackend, generate, pick_tokens
 
 
 def test_keyed_uniforms_are_uniform_and_uncorrelated():
@@ -70,14 +69,6 @@ def test_scopes_give_the_same_keys_again_and_calls_new_ones():
     crn.begin(EVAL, 3)
     assert not torch.equal(crn.keys(8), first)
     assert len(set(first.tolist())) == 8
-
-
-@pytest.fixture(scope="module")
-def policy():
-    config = load_config(None, [f"model.testbed={TINY_TESTBED}"])
-    model, tokenizer = load_model(config.model, torch.device("cpu"))
-    prompts = encode_prompts(tokenizer, ["07+5*3-4?", "1-2?", "33*4+1-9*2?"])
-    return model.eval(), tokenizer, prompts
 
 
 def rows(completions) -> list[list[int]]:

@@ -7,28 +7,16 @@ import contextlib
 
 import pytest
 import torch
-from tiny import TINY_TESTBED
 
-from credo.config import load_config
-from credo.models import load_model
 from credo.rollout import generate as generation
 from credo.rollout.generate import (
     TransformersBackend,
     cut_response,
-    encode_prompts,
     end_token_ids,
     generate,
     pick_tokens,
 )
 from credo.testbed import USER
-
-
-@pytest.fixture(scope="module")
-def policy():
-    config = load_config(None, [f"model.testbed={TINY_TESTBED}"])
-    model, tokenizer = load_model(config.model, torch.device("cpu"))
-    prompts = encode_prompts(tokenizer, ["07+5*3-4?", "1-2?", "33*4+1-9*2?"])
-    return model.eval(), tokenizer, prompts
 
 
 def test_greedy_decoding_equals_transformers_generate(policy):

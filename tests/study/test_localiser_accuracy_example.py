@@ -2,20 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "localiser_accuracy.py"
-
-
-def load_example():
-    spec = importlib.util.spec_from_file_location("localiser_accuracy", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from example_scripts import load_example
 
 
 def write_study(root: Path) -> None:
@@ -36,7 +27,7 @@ def write_study(root: Path) -> None:
 
 
 def test_rows_table_and_plot(tmp_path, capsys):
-    example = load_example()
+    example = load_example("localiser_accuracy")
     write_study(tmp_path)
     rows = example.localiser_rows(tmp_path)
     assert [r["method"] for r in rows] == ["srpo", "srpo_oracle"]  # grpo logs no localiser accuracy
@@ -48,7 +39,7 @@ def test_rows_table_and_plot(tmp_path, capsys):
 
 
 def test_a_study_without_resets_is_a_clear_error(tmp_path):
-    example = load_example()
+    example = load_example("localiser_accuracy")
     write_study(tmp_path)
     for path in tmp_path.glob("default/srpo*/seed*/metrics.jsonl"):
         path.write_text('{"step": 1}\n')

@@ -2,29 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import pytest
 import yaml
+from example_scripts import load_example
 from test_report import make_run
 
 from credo.study.curves import Curve
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "study_power.py"
-
-
-def load_example():
-    spec = importlib.util.spec_from_file_location("study_power", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 def test_paired_spread_of_known_areas(tmp_path):
     """Flat curves: a run's area is its height. Differences 0.10, 0.20, 0.30 over three seeds: sd 0.1."""
-    power = load_example()
+    power = load_example("study_power")
     study = {"name": "s", "seeds": [0, 1, 2], "methods": {"grpo": {"config": "g.yaml"}, "new": {"config": "n.yaml"}},
              "difficulties": {"default": {}}, "report": {"baseline": "grpo"}}
     tmp_path.joinpath("study.yaml").write_text(yaml.safe_dump(study))
@@ -47,14 +37,14 @@ def test_paired_spread_of_known_areas(tmp_path):
 
 
 def test_the_evaluation_bound_weighs_points_by_their_span():
-    power = load_example()
+    power = load_example("study_power")
     curve = Curve((0, 10, 30), (0.5, 0.5, 0.0))
     # trapezoid weights over [0, 30]: 5, 15, 10 (of 30); the last point scores 0 and adds nothing
     assert power.eval_sd(curve, 30, 4) == pytest.approx((5 + 15) / 30 * math.sqrt(0.25 / 4))
 
 
 def test_a_single_shared_seed_is_an_error(tmp_path):
-    power = load_example()
+    power = load_example("study_power")
     study = {"name": "s", "seeds": [0, 1], "methods": {"grpo": {"config": "g.yaml"}, "new": {"config": "n.yaml"}},
              "difficulties": {"default": {}}, "report": {"baseline": "grpo"}}
     tmp_path.joinpath("study.yaml").write_text(yaml.safe_dump(study))

@@ -34,7 +34,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from credo.config import ConfigError, RunConfig, deep_merge, dump, read_config_file, read_yaml_mapping, validate
+from credo.config import (
+    ConfigError,
+    RunConfig,
+    base_files,
+    deep_merge,
+    dump,
+    read_config_file,
+    read_yaml_mapping,
+    validate,
+)
 from credo.io import write_text_atomic
 
 STUDY_FILE = "study.yaml"
@@ -158,12 +167,8 @@ class Study:
 
     def with_bases(self, overrides: dict[str, Any], where: str) -> dict[str, Any]:
         """Overrides with their `base` config files (a name or a list, relative to the study file) merged under them."""
-        bases = overrides.get("base", [])
-        bases = [bases] if isinstance(bases, str) else bases
-        if not isinstance(bases, list) or not all(isinstance(b, str) for b in bases):
-            raise ConfigError(f"{where}: base must be a file name or a list of file names, got {bases!r}")
         data: dict[str, Any] = {}
-        for base in bases:
+        for base in base_files(overrides.get("base", []), where):
             data = deep_merge(data, read_config_file(self.root / base))
         return deep_merge(data, {key: value for key, value in overrides.items() if key != "base"})
 
