@@ -26,6 +26,9 @@ def test_spread_matches_loop_references():
     assert out["signal"] == pytest.approx(sum(m * m for m in mean) - variance / 6)
     assert out["relative_variance"] == pytest.approx(out["total_variance"] / out["signal"])
     assert out["mean_cosine"] == pytest.approx(sum(cosines) / len(cosines))
+    ratios = [spread(torch.cat([grads[:i], grads[i + 1:]]))["relative_variance"] for i in range(6)]
+    jackknife = math.sqrt(5 / 6 * sum((r - sum(ratios) / 6) ** 2 for r in ratios))
+    assert out["relative_variance_se"] == pytest.approx(jackknife)
 
 
 def test_relative_variance_estimates_the_noise_to_signal_ratio():
@@ -39,6 +42,10 @@ def test_relative_variance_estimates_the_noise_to_signal_ratio():
         ratios.append(spread(mu + 0.1 * noise)["relative_variance"])
         signals.append(spread(0.1 * noise)["signal"])
     assert sum(ratios) / len(ratios) == pytest.approx(200 * 0.01 / 2, rel=0.1)
+    standard_errors = [spread(mu + 0.1 * torch.randn(8, 200, generator=generator, dtype=torch.float64))["relative_variance_se"]
+                       for _ in range(200)]  # the jackknife's error matches the estimate's spread over repeats
+    spread_of_ratios = math.sqrt(sum((r - sum(ratios) / 200) ** 2 for r in ratios) / 199)
+    assert sum(standard_errors) / 200 == pytest.approx(spread_of_ratios, rel=0.35)
     assert abs(sum(signals) / len(signals)) < 0.01 < 200 * 0.01 / 8  # unbiased, unlike ||mean||^2 (V/R = 0.25)
     assert spread(torch.zeros(3, 5, dtype=torch.float64) + torch.tensor([1.0, 0, 0, 0, 0]))["mean_cosine"] == pytest.approx(1.0)
 

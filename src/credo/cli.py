@@ -381,7 +381,8 @@ def gradient_variance(
     for column in ("config", "method", "relative variance", "vs first", "mean cosine", "|g| mean", "reward", "tokens"):
         table.add_column(column, justify="left" if column in ("config", "method") else "right")
     for path, row in results.items():
-        table.add_row(f"{Path(path).parent.name}/{Path(path).stem}", row["method"], f"{row['relative_variance']:.3g}", f"{row['relative_variance'] / reference:.2f}",
+        table.add_row(f"{Path(path).parent.name}/{Path(path).stem}", row["method"], f"{row['relative_variance']:.3g} ± {row['relative_variance_se']:.2g}",
+                      f"{row['relative_variance'] / reference:.2f}",
                       f"{row['mean_cosine']:.3f}", f"{row['grad_norm_mean']:.3g}", f"{row['reward_mean']:.3f}",
                       f"{row['tokens_per_draw']:.0f}")
     console.print(table)

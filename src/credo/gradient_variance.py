@@ -9,7 +9,8 @@ parameters. `spread` then gives, with ḡ the mean of the R gradients:
 
     total variance    V = 1/(R-1) sum_r ||g_r - ḡ||^2
     signal            S = ||ḡ||^2 - V/R          (an unbiased estimate of ||E g||^2)
-    relative variance V / S                      (scale-free: methods normalise their losses differently)
+    relative variance V / S                      (scale-free: methods normalise their losses differently),
+                                                 with its jackknife standard error over the draws
     mean cosine       mean over r != s of cos(g_r, g_s)
 
 Lower relative variance and higher cosine mean a steadier estimate of the same direction. Draw r of every
@@ -56,13 +57,12 @@ def gradient_draws(config: RunConfig, draws: int) -> tuple[Tensor, dict[str, flo
 
 
 def spread(grads: Tensor) -> dict[str, float]:
-    """Total variance, signal, relative variance, mean pairwise cosine and mean norm of (R, D) gradients (R >= 2)."""
+    """Total variance, signal, relative variance (with its jackknife standard error), mean pairwise cosine and mean
+    norm of (R, D) gradients (R >= 2; the standard error needs R >= 3)."""
     draws = grads.shape[0]
     if draws < 2:
         raise ValueError("the spread of a gradient estimate needs at least 2 draws")
-    mean = grads.mean(dim=0)
-    variance = float(((grads - mean) ** 2).sum()) / (draws - 1)
-    signal = float(mean @ mean) - variance / draws
+    variance, signal = _variance_and_signal(grads)
     units = grads / grads.norm(dim=1, keepdim=True).clamp(min=1e-30)
     total = units.sum(dim=0)
     cosine = (float(total @ total) - draws) / (draws * (draws - 1))
@@ -71,6 +71,34 @@ def spread(grads: Tensor) -> dict[str, float]:
         "grad_norm_mean": float(grads.norm(dim=1).mean()),
         "total_variance": variance,
         "signal": signal,
-        "relative_variance": variance / signal if signal > 0 else math.inf,
+        "relative_variance": _ratio(variance, signal),
+        "relative_variance_se": _jackknife_se(grads) if draws >= 3 else math.nan,
         "mean_cosine": cosine,
     }
+
+
+def _variance_and_signal(grads: Tensor) -> tuple[float, float]:
+    draws = grads.shape[0]
+    mean = grads.mean(dim=0)
+    variance = float(((grads - mean) ** 2).sum()) / (draws - 1)
+    return variance, float(mean @ mean) - variance / draws
+
+
+def _ratio(variance: float, signal: float) -> float:
+    return variance / signal if signal > 0 else math.inf
+
+
+def _jackknife_se(grads: Tensor) -> float:
+    """Jackknife standard error of the relative variance: sqrt((R-1)/R * sum_i (r_(i) - mean r_(.))^2), r_(i) the
+    estimate without draw i."""
+    draws = grads.shape[0]
+    keep = torch.ones(draws, dtype=torch.bool)
+    leave_one_out = []
+    for i in range(draws):
+        keep[i] = False
+        leave_one_out.append(_ratio(*_variance_and_signal(grads[keep])))
+        keep[i] = True
+    if not all(math.isfinite(r) for r in leave_one_out):
+        return math.inf
+    mean = sum(leave_one_out) / draws
+    return math.sqrt((draws - 1) / draws * sum((r - mean) ** 2 for r in leave_one_out))
