@@ -46,10 +46,15 @@ def eval_sd(curve: Curve, budget: float, problems: int) -> float:
     return sum(w / span * math.sqrt(max(0.0, curve.at(x) * (1 - curve.at(x))) / problems) for w, x in zip(weights, xs))
 
 
-def pair_spread(study: Path, method: str, baseline: str, *, difficulty: str = "default",
+def pair_spread(study: Path, method: str, baseline: str, *, difficulty: str | None = None,
                 metric: str = "greedy_pass@1", budget: float | None = None, problems: int | None = None) -> dict:
-    """The paired-difference statistics of `method` against `baseline` (see the module docstring)."""
+    """The paired-difference statistics of `method` against `baseline` (see the module docstring), in `difficulty`
+    (None: the study's only one)."""
     _, runs = load_runs(study)
+    if difficulty is None:
+        if len(runs) != 1:
+            raise ValueError(f"{study} has the difficulties {', '.join(runs)}; name one")
+        difficulty = next(iter(runs))
     by_seed = {name: {r.seed: r for r in runs[difficulty][name]} for name in (method, baseline)}
     seeds = sorted(set(by_seed[method]) & set(by_seed[baseline]))
     if len(seeds) < 2:
