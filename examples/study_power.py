@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from credo.study.curves import Curve, area, t_quantile
-from credo.study.report import load_runs
+from credo.study.report import Run, load_runs
 
 TARGETS = (0.03, 0.02, 0.01)
 
@@ -46,19 +46,14 @@ def eval_sd(curve: Curve, budget: float, problems: int) -> float:
     return sum(w / span * math.sqrt(max(0.0, curve.at(x) * (1 - curve.at(x))) / problems) for w, x in zip(weights, xs))
 
 
-def pair_spread(study: Path, method: str, baseline: str, *, difficulty: str | None = None,
-                metric: str = "greedy_pass@1", budget: float | None = None, problems: int | None = None) -> dict:
-    """The paired-difference statistics of `method` against `baseline` (see the module docstring), in `difficulty`
-    (None: the study's only one)."""
-    _, runs = load_runs(study)
-    if difficulty is None:
-        if len(runs) != 1:
-            raise ValueError(f"{study} has the difficulties {', '.join(runs)}; name one")
-        difficulty = next(iter(runs))
-    by_seed = {name: {r.seed: r for r in runs[difficulty][name]} for name in (method, baseline)}
+def pair_spread(runs: dict[str, list[Run]], method: str, baseline: str, *, metric: str = "greedy_pass@1",
+                budget: float | None = None, problems: int | None = None) -> dict:
+    """The paired-difference statistics of `method` against `baseline` (see the module docstring), from one
+    difficulty's finished runs by method (`credo.study.report.load_runs`)."""
+    by_seed = {name: {r.seed: r for r in runs[name]} for name in (method, baseline)}
     seeds = sorted(set(by_seed[method]) & set(by_seed[baseline]))
     if len(seeds) < 2:
-        raise ValueError(f"{study}: {method} and {baseline} share {len(seeds)} finished seed(s); a spread needs 2")
+        raise ValueError(f"{method} and {baseline} share {len(seeds)} finished seed(s); a spread needs 2")
     curves = {name: {s: by_seed[name][s].curve(metric, "rollout_tokens") for s in seeds} for name in by_seed}
     budget = budget or min(c.x[-1] for cs in curves.values() for c in cs.values())
     diffs = [area(curves[method][s], budget) - area(curves[baseline][s], budget) for s in seeds]
@@ -74,21 +69,19 @@ def pair_spread(study: Path, method: str, baseline: str, *, difficulty: str | No
 
 def main(argv: list[str]) -> None:
     study, pairs = Path(argv[0]), [p.split(":") for p in argv[1:]]
-    problems = sum(int(v) for v in _eval_problems(study))
+    _, by_difficulty = load_runs(study)
+    if len(by_difficulty) != 1:
+        raise SystemExit(f"{study} has the difficulties {', '.join(by_difficulty)}; this script reads one")
+    runs = next(iter(by_difficulty.values()))
+    first = next(r for rs in runs.values() for r in rs)  # held-out problems per evaluation: its buckets' sizes
+    problems = sum(bucket["problems"] for bucket in first.evals[0]["eval"]["by_difficulty"].values())
     print("| pair | seeds | budget | mean diff | sd | half-width | eval sd (bound, one run) | seeds for 0.03 / 0.02 / 0.01 |")
     print("|---|---|---|---|---|---|---|---|")
     for method, baseline in pairs:
-        row = pair_spread(study, method, baseline, problems=problems)
+        row = pair_spread(runs, method, baseline, problems=problems)
         print(f"| {row['pair']} | {row['seeds']} | {row['budget']:,.0f} | {row['mean']:+.3f} | {row['sd']:.3f} | "
               f"{row['half_width']:.3f} | {row['eval_sd']:.3f} | {row['seeds_for_0.03']} / {row['seeds_for_0.02']} / "
               f"{row['seeds_for_0.01']} |")
-
-
-def _eval_problems(study: Path) -> list[int]:
-    """Held-out problems per evaluation of the study's first finished run (its `by_difficulty` buckets)."""
-    _, runs = load_runs(study)
-    run = next(r for by_method in runs.values() for rs in by_method.values() for r in rs)
-    return [bucket["problems"] for bucket in run.evals[0]["eval"]["by_difficulty"].values()]
 
 
 if __name__ == "__main__":

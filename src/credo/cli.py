@@ -340,17 +340,19 @@ def testbed_facts(
     model, tokenizer = load_model(run_config.model, pick_device(run_config.train.device))
     backend = make_backend(run_config.rollout, model, tokenizer, run_config.model, seed=run_config.train.seed)
     task = build_task(run_config.task)
+    held_out = eval_subset(task.eval_problems(), run_config.eval.max_problems)
     with torch.no_grad():
-        facts = regime_facts(task, backend, eval_problems=eval_subset(task.eval_problems(), run_config.eval.max_problems),
-                             problems=problems, samples=samples, seed=run_config.train.seed,
-                             temperature=run_config.rollout.temperature, max_new_tokens=run_config.rollout.max_new_tokens)
+        facts = regime_facts(task, backend, eval_problems=held_out, problems=problems, samples=samples,
+                             seed=run_config.train.seed, temperature=run_config.rollout.temperature,
+                             max_new_tokens=run_config.rollout.max_new_tokens)
     table = Table(title=f"regime facts: {config or 'defaults'} ({facts['responses']} sampled responses)")
     table.add_column("fact")
     table.add_column("value", justify="right")
     for key, value in facts.items():
         if isinstance(value, dict):
             value = ", ".join(f"{k} {v:.3f}" for k, v in value.items())
-        table.add_row(key, value if isinstance(value, str) else f"{value:.3f}" if isinstance(value, float) else str(value))
+        text = value if isinstance(value, str) else f"{value:.3f}" if isinstance(value, float) else str(value)
+        table.add_row(key, text)
     console.print(table)
     if output is not None:
         write_json_atomic(output, facts)
@@ -381,10 +383,10 @@ def gradient_variance(
     for column in ("config", "method", "relative variance", "vs first", "mean cosine", "|g| mean", "reward", "tokens"):
         table.add_column(column, justify="left" if column in ("config", "method") else "right")
     for path, row in results.items():
-        table.add_row(f"{Path(path).parent.name}/{Path(path).stem}", row["method"], f"{row['relative_variance']:.3g} ± {row['relative_variance_se']:.2g}",
-                      f"{row['relative_variance'] / reference:.2f}",
-                      f"{row['mean_cosine']:.3f}", f"{row['grad_norm_mean']:.3g}", f"{row['reward_mean']:.3f}",
-                      f"{row['tokens_per_draw']:.0f}")
+        table.add_row(f"{Path(path).parent.name}/{Path(path).stem}", row["method"],
+                      f"{row['relative_variance']:.3g} ± {row['relative_variance_se']:.2g}",
+                      f"{row['relative_variance'] / reference:.2f}", f"{row['mean_cosine']:.3f}",
+                      f"{row['grad_norm_mean']:.3g}", f"{row['reward_mean']:.3f}", f"{row['tokens_per_draw']:.0f}")
     console.print(table)
     if output is not None:
         write_json_atomic(output, results)

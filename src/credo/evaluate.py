@@ -75,7 +75,7 @@ def evaluate_policy(backend, task, problems, config, *, max_new_tokens: int, see
             greedy = [v.correct for v in verify_all(task, problems, out.texts, reward_errors)[0]]
         if config.samples:
             n = config.samples
-            chosen = sampled_indices(problems, config.sample_problems)
+            chosen = first_per_bucket(problems, config.sample_problems)
             out = backend.generate([prompts[i] for i in chosen], max_new_tokens=max_new_tokens,
                                    temperature=config.temperature, repeat=n)
             rows = [problems[i] for i in chosen for _ in range(n)]
@@ -88,10 +88,10 @@ def evaluate_policy(backend, task, problems, config, *, max_new_tokens: int, see
 
 def eval_subset(problems, max_problems: int | None):
     """The first `max_problems` problems of each difficulty bucket (all when None)."""
-    return [problems[i] for i in sampled_indices(problems, max_problems)]
+    return [problems[i] for i in first_per_bucket(problems, max_problems)]
 
 
-def sampled_indices(problems, per_bucket: int | None) -> list[int]:
+def first_per_bucket(problems, per_bucket: int | None) -> list[int]:
     """Indices of the first `per_bucket` problems of each difficulty bucket, in order (all when None)."""
     seen: dict[str, int] = defaultdict(int)
     out = []

@@ -10,6 +10,7 @@ from example_scripts import load_example
 from test_report import make_run
 
 from credo.study.curves import Curve
+from credo.study.report import load_runs
 
 
 def test_paired_spread_of_known_areas(tmp_path):
@@ -22,7 +23,7 @@ def test_paired_spread_of_known_areas(tmp_path):
         make_run(tmp_path / "default" / "grpo" / f"seed{seed}", "grpo", seed, (0.3, 0.3, 0.3))
         height = 0.3 + 0.1 * (seed + 1)
         make_run(tmp_path / "default" / "new" / f"seed{seed}", "new", seed, (height,) * 3)
-    row = power.pair_spread(tmp_path, "new", "grpo", problems=100)
+    row = power.pair_spread(load_runs(tmp_path)[1]["default"], "new", "grpo", problems=100)
     assert (row["seeds"], row["budget"]) == (3, 2000)
     assert row["mean"] == pytest.approx(0.2) and row["sd"] == pytest.approx(0.1)
     assert row["half_width"] == pytest.approx(4.303 * 0.1 / math.sqrt(3))
@@ -51,4 +52,4 @@ def test_a_single_shared_seed_is_an_error(tmp_path):
     make_run(tmp_path / "default" / "grpo" / "seed0", "grpo", 0, (0.3, 0.3, 0.3))
     make_run(tmp_path / "default" / "new" / "seed0", "new", 0, (0.3, 0.3, 0.3))
     with pytest.raises(ValueError, match="share 1 finished seed"):
-        power.pair_spread(tmp_path, "new", "grpo")
+        power.pair_spread(load_runs(tmp_path)[1]["default"], "new", "grpo")

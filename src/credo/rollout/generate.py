@@ -108,10 +108,10 @@ def generate(
     Each prompt's KV cache is computed once and copied to its samples instead of re-encoding the prompt per
     sample (a group's prompt, a reset's prefix), into a static cache; `decode` then samples token by token.
     Randomness: torch's global RNG, or with `keys` (one int64 key per response row,
-    `credo.rollout.crn.CommonRandomNumbers.keys`) the keyed uniforms of common random numbers. A response ends after the first end token it samples (kept: the model
-    learns to stop), one of `end_ids` (default `end_token_ids(model, tokenizer)`: the tokenizer's end token
-    and the end-of-turn ids the model's generation config declares), or at the end of a stop string (kept),
-    or is cut at `max_new_tokens` (`truncated`).
+    `credo.rollout.crn.CommonRandomNumbers.keys`) the keyed uniforms of common random numbers. A response ends
+    after the first end token it samples (kept: the model learns to stop), one of `end_ids` (default
+    `end_token_ids(model, tokenizer)`: the tokenizer's end token and the end-of-turn ids the model's generation
+    config declares), or at the end of a stop string (kept), or is cut at `max_new_tokens` (`truncated`).
     """
     device = next(model.parameters()).device
     pad = tokenizer.pad_token_id

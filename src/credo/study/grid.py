@@ -164,7 +164,6 @@ class Study:
             out.sort(key=lambda cell: rank[cell.seed])  # stable: difficulties and methods keep their order
         return out
 
-
     def with_bases(self, overrides: dict[str, Any], where: str) -> dict[str, Any]:
         """Overrides with their `base` config files (a name or a list, relative to the study file) merged under them."""
         data: dict[str, Any] = {}

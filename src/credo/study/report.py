@@ -190,8 +190,8 @@ def analyse(runs: dict[str, list[Run]], report: ReportConfig, difficulty: str) -
         vs_baseline = share = steps_vs_baseline = None
         if method != report.baseline and paired:
             vs_baseline = mean_interval([auc[method][s] - auc[report.baseline][s] for s in paired])
-            steps_vs_baseline = mean_interval([steps_area_difference(by_seed[method][s], by_seed[report.baseline][s], metric)
-                                               for s in paired])
+            runs_of, base_of = by_seed[method], by_seed[report.baseline]
+            steps_vs_baseline = mean_interval([steps_area_difference(runs_of[s], base_of[s], metric) for s in paired])
         if oracle is not None and method not in (report.baseline, report.oracle):
             seeds = sorted(set(paired) & set(oracle))
             if seeds:

@@ -347,39 +347,33 @@ class ArithTask(RewardedTask):
         return Verdict(reward=float(correct), correct=correct, first_wrong_step=first_wrong, error_kind=kind)
 
     def wrong_steps(self, chain: Chain, response: str) -> int:
-        """How many thoughts of `response` are wrong, each judged against the value the thought before it wrote
-        (as `first_wrong_step` judges the first): a malformed thought counts one and ends the count (nothing after
-        it can be read as a step), and so does a final answer that is not the boxed last written value."""
-        thoughts = response.split(THOUGHT_END)
-        written, wrong = chain.start, 0
-        for i, (op, b) in enumerate(chain.steps):
-            match = _STEP.match(thoughts[i]) if i < len(thoughts) - 1 else None
-            if match is None or match.group(1) != op or int(match.group(2)) != b:
-                return wrong + 1
-            value = int(match.group(3))
-            wrong += value != OPS[op](written, b)
-            written = value
-        return wrong + (len(thoughts) != len(chain.steps) + 1 or thoughts[-1] != format_answer(written))
+        """How many thoughts of `response` are wrong (`step_errors`)."""
+        return sum(1 for _ in self.step_errors(chain, response))
 
     def first_wrong_step(self, chain: Chain, response: str) -> tuple[int | None, str | None]:
-        """The first wrong thought of `response` and what it was, or (None, None) if every step is right.
+        """The first wrong thought of `response` and what it was, or (None, None) if every step is right."""
+        return next(self.step_errors(chain, response), (None, None))
 
-        Thought `i < n` must be step `i` of the chain applied to the value thought `i-1` wrote; thought `n`
-        must be the boxed last written value, and nothing may follow it.
+    def step_errors(self, chain: Chain, response: str) -> Iterator[tuple[int, str]]:
+        """Each wrong thought of `response` and what it was (a misconception's name, "slip", "format", "answer").
+
+        Thought `i < n` must be step `i` of the chain applied to the value thought `i-1` wrote, so each thought is
+        judged against the one before it. A malformed thought ("format") ends the reading: nothing after it can be
+        read as a step. Thought `n` must be the boxed last written value, and nothing may follow it ("answer").
         """
         thoughts = response.split(THOUGHT_END)
         written = chain.start
         for i, (op, b) in enumerate(chain.steps):
             match = _STEP.match(thoughts[i]) if i < len(thoughts) - 1 else None
             if match is None or match.group(1) != op or int(match.group(2)) != b:
-                return i, "format"
+                yield i, "format"
+                return
             value, right = int(match.group(3)), OPS[op](written, b)
             if value != right:
                 kind = misconception_of(op, written, b, self.config.noise.misconceptions)
                 offset = self.config.noise.misconceptions.get(kind, 0) if kind else 0
                 is_misconception = kind is not None and value == (right + offset) % MODULUS
-                return i, kind if is_misconception else "slip"
+                yield i, kind if is_misconception else "slip"
             written = value
         if len(thoughts) != len(chain.steps) + 1 or thoughts[-1] != format_answer(written):
-            return len(chain.steps), "answer"
-        return None, None
+            yield len(chain.steps), "answer"
