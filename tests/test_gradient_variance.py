@@ -93,3 +93,69 @@ def test_the_command_compares_methods(tmp_path, odd_length_reward):
     assert [row["method"] for row in rows.values()] == ["grpo", "dr_grpo"]
     assert all(row["draws"] == 3 and math.isfinite(row["total_variance"]) for row in rows.values())
     assert "relative variance" in result.output
+
+
+def test_off_policy_draws_measure_a_later_mini_batch_at_the_moved_policy(odd_length_reward):
+    """At ratio 1 S-trace's gradient is GRPO's; after an optimiser step on the first mini-batch its selection acts on
+    the second, so the two part. With a vanishing learning rate nothing moves and they agree again: the difference is the
+    moved policy's, and each draw starts from the restored weights (the draws are reproducible)."""
+    settings = TINY + ["rollout.group_size=4", "optim.minibatches=4"]
+    grpo, extra = gradient_draws(load_config(None, settings + ["method=grpo"]), 3, after_steps=1)
+    s_trace, _ = gradient_draws(load_config(None, settings + ["method=s_trace"]), 3, after_steps=1)
+    config = load_config(None, settings)
+    trainable = sum(p.numel() for p in _policy_parameters(config))
+    # AdamW's first step moves each weight by at most lr: every draw starts from the restored weights and moments
+    assert extra["after_steps"] == 1 and 0 < extra["weights_moved"] <= config.optim.lr * math.sqrt(trainable)
+    assert torch.equal(grpo, gradient_draws(load_config(None, settings + ["method=grpo"]), 3, after_steps=1)[0])
+    assert not torch.allclose(s_trace, grpo, atol=1e-6, rtol=1e-4)
+    whole, _ = gradient_draws(load_config(None, settings + ["method=grpo"]), 3)
+    frozen = settings + ["optim.lr=1e-30"]  # below float32 resolution: nothing moves
+    grpo_frozen, still = gradient_draws(load_config(None, frozen + ["method=grpo"]), 3, after_steps=1)
+    s_trace_frozen, _ = gradient_draws(load_config(None, frozen + ["method=s_trace"]), 3, after_steps=1)
+    assert still["weights_moved"] == 0
+    assert not torch.allclose(grpo_frozen, whole, atol=1e-6, rtol=1e-4)  # the measured mini-batch, not the batch
+    assert torch.allclose(s_trace_frozen, grpo_frozen, atol=1e-7, rtol=1e-5)
+
+
+def test_restore_undoes_the_optimiser_steps(odd_length_reward, tmp_path):
+    from credo.checkpoint import RunDirectory, TrainState
+    from credo.gradient_variance import _restore, _training_state
+    from credo.rollout.groups import ProblemStream
+    from credo.train import behaviour_batch, build_trainer, optimiser_step, sample_rollout
+
+    trainer = build_trainer(load_config(None, TINY + ["rollout.group_size=4", "optim.minibatches=2"]),
+                            RunDirectory(tmp_path))
+    batch, _ = behaviour_batch(trainer, sample_rollout(trainer, ProblemStream(trainer.task, 0)))
+    batch, _ = trainer.method.credit(batch)
+    start = _training_state(trainer)
+    optimiser_step(trainer, batch, TrainState())
+    after_one = [p.detach().clone() for p in trainer.model.parameters() if p.requires_grad]
+    optimiser_step(trainer, batch, TrainState())
+    _restore(trainer, start)
+    assert all(torch.equal(p, p0) for p, p0 in zip(start["params"], (p for p in trainer.model.parameters() if p.requires_grad)))
+    assert trainer.scheduler.last_epoch == start["scheduler"]["last_epoch"]
+    optimiser_step(trainer, batch, TrainState())  # the optimiser's moments restored too: the same first step again
+    assert all(torch.equal(p, p1) for p, p1 in zip((p for p in trainer.model.parameters() if p.requires_grad), after_one))
+
+
+def test_after_steps_needs_a_mini_batch_left(tmp_path):
+    from typer.testing import CliRunner
+
+    from credo.cli import app
+
+    with pytest.raises(ValueError, match="optim.minibatches"):
+        gradient_draws(load_config(None, TINY), 2, after_steps=1)
+    config = tmp_path / "grpo.yaml"
+    config.write_text("method: grpo\noptim: {minibatches: 2}\n")
+    result = CliRunner().invoke(app, ["gradient-variance", str(config), "--after-steps", "2"])
+    assert result.exit_code != 0 and "needs 0 < K < optim.minibatches (2)" in result.output
+
+
+def _policy_parameters(config):
+    from tempfile import TemporaryDirectory
+
+    from credo.checkpoint import RunDirectory
+    from credo.train import build_trainer
+
+    with TemporaryDirectory() as scratch:
+        return [p for p in build_trainer(config, RunDirectory(scratch)).model.parameters() if p.requires_grad]

@@ -363,23 +363,28 @@ def testbed_facts(
 def gradient_variance(
     configs: list[Path] = typer.Argument(..., help="Run configs, one per method; the first is the reference (GRPO)."),
     draws: int = typer.Option(16, min=2, help="Rollout batches resampled on the same prompts, per method."),
+    after_steps: int = typer.Option(0, "--after-steps", min=0, help="Measure the gradient on mini-batch K+1 after "
+                                    "optimiser steps on the batch's first K (off policy); 0: the whole batch at ratio 1."),
     overrides: list[str] = typer.Option([], "--set", help="Override a key of every config, e.g. --set model.path=DIR."),
     output: Path = typer.Option(None, "--json", help="Also write the results to this JSON file (atomically)."),
 ) -> None:
     """The spread of each method's policy-gradient estimate on common batches: the same policy and prompts, the
     groups resampled `draws` times (`credo.gradient_variance`); relative variance against the first config's."""
     from credo.config import load_config
-    from credo.gradient_variance import gradient_draws, spread
+    from credo.gradient_variance import check_after_steps, gradient_draws, spread
     from credo.io import write_json_atomic
 
     _quiet_transformers()
     loaded = [(path, load_config(path, overrides)) for path in configs]  # every config checked before any runs
+    for _, config in loaded:
+        check_after_steps(config, after_steps)
     results = {}
     for path, config in loaded:
-        grads, extra = gradient_draws(config, draws)
+        grads, extra = gradient_draws(config, draws, after_steps=after_steps)
         results[str(path)] = {"method": config.method, **spread(grads), **extra}
     reference = next(iter(results.values()))["relative_variance"]
-    table = Table(title=f"policy-gradient spread over {draws} resampled batches of the same prompts")
+    where = f", mini-batch {after_steps + 1} after {after_steps} optimiser steps" if after_steps else ""
+    table = Table(title=f"policy-gradient spread over {draws} resampled batches of the same prompts{where}")
     for column in ("config", "method", "relative variance", "vs first", "mean cosine", "|g| mean", "reward", "tokens"):
         table.add_column(column, justify="left" if column in ("config", "method") else "right")
     for path, row in results.items():

@@ -16,10 +16,18 @@ parameters. `spread` then gives, with ḡ the mean of the R gradients:
 Lower relative variance and higher cosine mean a steadier estimate of the same direction. Draw r of every
 method samples with common random numbers keyed by r (`credo.rollout.crn`), so where two methods' samplers
 draw alike (the first groups of every i.i.d., reset or revision sampler) they start from the same responses.
+
+At ratio 1 a trace method's gradient is its base's (an S-trace's selection and a GRPO-lambda trace act only where
+the current policy has moved off the behaviour policy). `after_steps=k` measures the gradient a method takes off
+policy instead: the credited batch is cut into the method's `optim.minibatches` mini-batches (in an order keyed by
+the draw), `k` optimiser steps are taken on the first `k`, and the measured gradient is the loss's on mini-batch
+`k + 1` at the moved policy; the weights, optimiser and schedule are restored before the next draw. Compare such
+gradients only between configs with the same number of mini-batches (the mini-batch's size sets its noise).
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from pathlib import Path
 from tempfile import TemporaryDirectory
@@ -27,33 +35,76 @@ from tempfile import TemporaryDirectory
 import torch
 from torch import Tensor
 
-from credo.checkpoint import RunDirectory
+from credo.checkpoint import RunDirectory, TrainState
 from credo.config import RunConfig
 from credo.rollout.groups import ProblemStream
-from credo.train import accumulate_gradient, behaviour_batch, build_trainer, sample_rollout
+from credo.train import Trainer, accumulate_gradient, behaviour_batch, build_trainer, optimiser_step, sample_rollout
 
 
-def gradient_draws(config: RunConfig, draws: int) -> tuple[Tensor, dict[str, float]]:
+def gradient_draws(config: RunConfig, draws: int, after_steps: int = 0) -> tuple[Tensor, dict[str, float]]:
     """(draws, parameters) gradients of `config`'s method on its policy and its first `prompts_per_step` training
-    problems (seed `train.seed`), one per resampled rollout batch, and the draws' mean reward and tokens."""
+    problems (seed `train.seed`), one per resampled rollout batch, and the draws' mean reward and tokens.
+
+    `after_steps=0`: the whole batch's gradient at the sampling policy. `after_steps=k` (1 <= k < minibatches): the
+    gradient on mini-batch k + 1 after optimiser steps on the first k (see the module docstring)."""
+    check_after_steps(config, after_steps)
+    minibatches = config.optim.minibatches
     if not config.rollout.common_random_numbers:
         config = config.model_copy(update={"rollout": config.rollout.model_copy(update={"common_random_numbers": True})})
     with TemporaryDirectory() as scratch:
         trainer = build_trainer(config, RunDirectory(Path(scratch)))
     params = [p for p in trainer.model.parameters() if p.requires_grad]
-    grads, rewards, tokens = [], 0.0, 0
+    start = _training_state(trainer)
+    grads, rewards, tokens, moved = [], 0.0, 0, 0.0
     for draw in range(draws):
         rollout = sample_rollout(trainer, ProblemStream(trainer.task, config.train.seed), step=draw)
         batch, finite = behaviour_batch(trainer, rollout)
         batch, _ = trainer.method.credit(batch)
+        if after_steps:
+            order = torch.randperm(batch.size, generator=torch.Generator().manual_seed(draw))
+            parts = [rows.to(batch.response_ids.device) for rows in order.chunk(minibatches)]
+            for rows in parts[:after_steps]:
+                optimiser_step(trainer, batch.select(rows), TrainState(), usable=finite)
+            moved += float(torch.cat([(p.detach() - p0).flatten() for p, p0 in zip(params, start["params"])]).norm())
+            batch = batch.select(parts[after_steps])
         _, _, good = accumulate_gradient(trainer, batch, usable=finite)
         if not good:
             raise ValueError(f"{config.method}: draw {draw} gave a non-finite log-prob or loss; no gradient to measure")
         grads.append(torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in params]))
         trainer.optimizer.zero_grad(set_to_none=True)
+        if after_steps:
+            _restore(trainer, start)
         rewards += float(rollout.rewards.mean())
         tokens += rollout.generated_tokens
-    return torch.stack(grads).double(), {"reward_mean": rewards / draws, "tokens_per_draw": tokens / draws}
+    extra = {"reward_mean": rewards / draws, "tokens_per_draw": tokens / draws}
+    if after_steps:
+        extra["after_steps"] = after_steps
+        extra["weights_moved"] = moved / draws  # mean |theta_k - theta_0| before the measured mini-batch
+    return torch.stack(grads).double(), extra
+
+
+def check_after_steps(config: RunConfig, after_steps: int) -> None:
+    """Refuse an `after_steps` that leaves no mini-batch to measure after the steps."""
+    if after_steps and not 0 < after_steps < config.optim.minibatches:
+        raise ValueError(f"{config.method}: --after-steps {after_steps} needs 0 < K < optim.minibatches "
+                         f"({config.optim.minibatches}): the measured mini-batch must come after the steps")
+
+
+def _training_state(trainer: Trainer) -> dict:
+    """A copy of the trainable weights, the optimiser's and the schedule's state."""
+    return {
+        "params": [p.detach().clone() for p in trainer.model.parameters() if p.requires_grad],
+        "optimizer": copy.deepcopy(trainer.optimizer.state_dict()),
+        "scheduler": copy.deepcopy(trainer.scheduler.state_dict()),
+    }
+
+
+def _restore(trainer: Trainer, state: dict) -> None:
+    with torch.no_grad():
+        for p, saved in zip((p for p in trainer.model.parameters() if p.requires_grad), state["params"]):
+            p.copy_(saved)
+    trainer.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
+    trainer.scheduler.load_state_dict(copy.deepcopy(state["scheduler"]))
 
 
 def spread(grads: Tensor) -> dict[str, float]:

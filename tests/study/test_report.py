@@ -289,3 +289,36 @@ def test_the_step_area_pairs_runs_over_the_steps_both_trained(tmp_path):
     # over [0, 5]: the long run rises 0.2 -> 0.3 (mean 0.25), the short one stays at 0.2
     assert steps_area_difference(long, short, "greedy_pass@1") == pytest.approx(0.05)
     assert steps_area_difference(short, long, "greedy_pass@1") == pytest.approx(-0.05)
+
+
+def test_like_for_like_baselines_and_paired_final_differences(study_dir):
+    """`report.like_for_like` pairs a method with a second baseline; every method's final metrics are also paired
+    with the baseline's, seed by seed."""
+    study = yaml.safe_load((study_dir / "study.yaml").read_text())
+    study["report"]["like_for_like"] = {"better": "worse"}
+    (study_dir / "study.yaml").write_text(yaml.safe_dump(study))
+    text = write_report(study_dir).read_text()
+    rows = {r["method"]: r for r in json.loads((study_dir / "report.json").read_text())["default"]["methods"]}
+    # areas (0.2, a, b) -> (0.2 + a) / 4 + (a + b) / 4: better 0.55, worse 0.30, equal shifts per seed
+    assert rows["better"]["like_for_like"] == "worse"
+    assert rows["better"]["auc_vs_like_for_like"]["mean"] == pytest.approx(0.25)
+    assert rows["better"]["auc_vs_like_for_like"]["low"] == pytest.approx(0.25)  # the same difference on both seeds
+    assert rows["worse"]["auc_vs_like_for_like"] is None and rows["worse"]["like_for_like"] is None
+    # final pass@4 = min(1, 1.5 y): better 1.0 / 1.0 (y 0.8, 0.82), grpo 0.9 / 0.93 (y 0.6, 0.62)
+    assert rows["better"]["final_vs_baseline"]["pass@4"]["mean"] == pytest.approx((0.1 + 0.07) / 2)
+    assert rows["better"]["final_vs_baseline"]["greedy_pass@1"]["mean"] == pytest.approx(0.2)
+    assert rows["grpo"]["final_vs_baseline"] == {}
+    assert "it beats its like-for-like `worse` (+0.250" in text
+    assert "Δ area vs like-for-like" in text and "Δ final pass@4 vs grpo" in text
+    assert "final pass@4 +0.085" in text
+
+
+def test_a_like_for_like_baseline_must_be_a_method(tmp_path):
+    from credo.config import ConfigError
+    from credo.study.grid import load_study
+
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump({"name": "s", "seeds": [0], "methods": {"grpo": "g.yaml", "s_trace": "s.yaml"},
+                                    "report": {"oracle": None, "like_for_like": {"s_trace": "grpo_4mb"}}}))
+    with pytest.raises(ConfigError, match="report.like_for_like s_trace: grpo_4mb: 'grpo_4mb' is not one of the methods"):
+        load_study(path)

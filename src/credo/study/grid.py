@@ -10,7 +10,7 @@ methods:                                  # label -> a run config (and overrides
 difficulties:                             # optional: label -> overrides (default: one cell, "default")
   hard: {}
   decisive: {base: configs/testbed/hard/regime_decisive.yaml}   # `base`: config files laid under the overrides
-report: {baseline: grpo, oracle: oracle_blame, metric: greedy_pass@1}
+report: {baseline: grpo, oracle: oracle_blame, metric: greedy_pass@1, like_for_like: {gspo: grpo}}
 ```
 
 A cell's config is its method's file (with its `base` files), then the study's `set`, the difficulty's
@@ -77,6 +77,9 @@ class ReportConfig(Strict):
     """The yardstick method: each method's share of its gain over the baseline (None: no such column)."""
     metric: str = "greedy_pass@1"
     """The held-out metric of the tables (an eval key: greedy_pass@1, pass@1, pass@4, ...)."""
+    like_for_like: dict[str, str] = Field(default_factory=dict)
+    """Per method, a second baseline run alike but for the credit (the same optimiser steps per batch, the same
+    learning rate), e.g. `{s_trace: grpo_4mb}`: the table and findings add the paired difference to it."""
     auc_tokens: float | None = Field(None, gt=0)
     """Rollout-token budget of the areas under the curve; None: the smallest final budget in the grid."""
     heatmap_step: int = Field(1, ge=1)
@@ -187,6 +190,11 @@ def load_study(path: str | Path, output: str | Path | None = None) -> Study:
     if config.report.oracle is not None and config.report.oracle not in config.methods:
         raise ConfigError(f"{path}: report.oracle {config.report.oracle!r} is not one of the methods: {', '.join(config.methods)} "
                           "(set it to null for no yardstick column)")
+    for method, like in config.report.like_for_like.items():
+        for name in (method, like):
+            if name not in config.methods:
+                raise ConfigError(f"{path}: report.like_for_like {method}: {like}: {name!r} is not one of the methods: "
+                                  f"{', '.join(config.methods)}")
     target = Path(output or config.output or Path("runs") / "studies" / config.name)
     return Study(config, path.parent, target)
 

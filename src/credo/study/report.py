@@ -4,7 +4,8 @@ For each difficulty of the grid, from the finished runs' `metrics.jsonl` and `su
 - curves of held-out metrics against optimiser steps, rollout tokens (every generated token: seeds,
   localisation, revisions) and wall time, the mean over seeds with a 95% t-interval (`plots/*.png`);
 - a table: final scores; the area under the curve (its mean height) over an equal rollout-token budget;
-  the paired difference of that area to the baseline's, and of the areas against optimiser steps; the share of
+  the paired difference of that area to the baseline's (and to a method's like-for-like baseline, when the study
+  names one), and of the areas against optimiser steps; the paired difference of the final largest pass@k; the share of
   the oracle's gain (`credo.study.curves.share_of_gain`); rollout tokens needed to reach the baseline's final score;
   blame precision (`credo.diagnostics`); unstable runs (collapsed curves, exploded gradient norms); cost;
 - findings in plain words, derived from the table (better / worse / not distinguishable from the baseline);
@@ -113,6 +114,12 @@ class MethodRow:
     """Paired difference of the areas to the baseline's (seeds both ran)."""
     steps_auc_vs_baseline: Estimate | None
     """Paired difference of the areas against optimiser steps, each pair over the steps both runs trained."""
+    like_for_like: str | None
+    """The method's like-for-like baseline (`ReportConfig.like_for_like`), if any."""
+    auc_vs_like: Estimate | None
+    """Paired difference of the areas to the like-for-like baseline's."""
+    final_vs_baseline: dict[str, Estimate]
+    """Paired differences of the final metrics to the baseline's."""
     unstable: int
     """Runs that collapsed or whose gradient norm exploded (`Run.unstable`)."""
     share: Share | None
@@ -129,7 +136,9 @@ class MethodRow:
         return {
             "method": self.method, "seeds": self.seeds, "final": {k: est(v) for k, v in self.final.items()},
             "auc": est(self.auc), "auc_vs_baseline": est(self.auc_vs_baseline),
-            "steps_auc_vs_baseline": est(self.steps_auc_vs_baseline), "unstable_runs": self.unstable,
+            "steps_auc_vs_baseline": est(self.steps_auc_vs_baseline), "like_for_like": self.like_for_like,
+            "auc_vs_like_for_like": est(self.auc_vs_like),
+            "final_vs_baseline": {k: est(v) for k, v in self.final_vs_baseline.items()}, "unstable_runs": self.unstable,
             "share_of_oracle_gain": None if self.share is None else
             {"value": self.share.value, "low": self.share.low, "high": self.share.high, "seeds": self.share.seeds},
             "tokens_to_baseline_final": est(self.tokens_to_target), "reached_baseline_final": self.reached,
@@ -147,7 +156,10 @@ class MethodRow:
         return cls(
             method=data["method"], seeds=data["seeds"], final={k: est(v) for k, v in data["final"].items()},
             auc=est(data["auc"]), auc_vs_baseline=est(data["auc_vs_baseline"]),
-            steps_auc_vs_baseline=est(data.get("steps_auc_vs_baseline")), unstable=data.get("unstable_runs", 0),
+            steps_auc_vs_baseline=est(data.get("steps_auc_vs_baseline")), like_for_like=data.get("like_for_like"),
+            auc_vs_like=est(data.get("auc_vs_like_for_like")),
+            final_vs_baseline={k: est(v) for k, v in data.get("final_vs_baseline", {}).items()},
+            unstable=data.get("unstable_runs", 0),
             share=None if share is None else Share(share["value"], share["low"], share["high"], share["seeds"]),
             tokens_to_target=est(data["tokens_to_baseline_final"]), reached=data["reached_baseline_final"],
             blame_precision=est(data["blame_precision"]), rollout_tokens=est(data["rollout_tokens"]),
@@ -164,6 +176,12 @@ class DifficultyResult:
     target: float
     """The baseline's mean final score (the tokens-to-target threshold)."""
     rows: list[MethodRow]
+
+    @property
+    def largest_pass_k(self) -> str | None:
+        """The final pass@k with the largest k > 1 any method reports, if any."""
+        keys = {k for r in self.rows for k in r.final if k.startswith("pass@") and k != "pass@1"}
+        return max(keys, key=lambda k: int(k.split("@")[1])) if keys else None
 
 
 def final_metrics(runs: list[Run]) -> list[str]:
@@ -187,11 +205,18 @@ def analyse(runs: dict[str, list[Run]], report: ReportConfig, difficulty: str) -
     rows = []
     for method, method_runs in finished.items():
         paired = sorted(set(auc[method]) & set(auc[report.baseline]))
-        vs_baseline = share = steps_vs_baseline = None
+        vs_baseline = share = steps_vs_baseline = vs_like = None
+        final_vs_baseline = {}
         if method != report.baseline and paired:
-            vs_baseline = mean_interval([auc[method][s] - auc[report.baseline][s] for s in paired])
+            vs_baseline = paired_difference(auc[method], auc[report.baseline])
             runs_of, base_of = by_seed[method], by_seed[report.baseline]
             steps_vs_baseline = mean_interval([steps_area_difference(runs_of[s], base_of[s], metric) for s in paired])
+            final_vs_baseline = {k: mean_interval([runs_of[s].summary["eval_end"][k] - base_of[s].summary["eval_end"][k]
+                                                   for s in paired])
+                                 for k in final_metrics([*runs_of.values(), *base_of.values()])}
+        like = report.like_for_like.get(method)
+        if like in auc and set(auc[method]) & set(auc[like]):
+            vs_like = paired_difference(auc[method], auc[like])
         if oracle is not None and method not in (report.baseline, report.oracle):
             seeds = sorted(set(paired) & set(oracle))
             if seeds:
@@ -204,13 +229,19 @@ def analyse(runs: dict[str, list[Run]], report: ReportConfig, difficulty: str) -
             method=method, seeds=len(method_runs),
             final={k: mean_interval([r.summary["eval_end"][k] for r in method_runs]) for k in final_metrics(method_runs)},
             auc=mean_interval(list(auc[method].values())), auc_vs_baseline=vs_baseline,
-            steps_auc_vs_baseline=steps_vs_baseline, unstable=sum(r.unstable(metric) for r in method_runs), share=share,
+            steps_auc_vs_baseline=steps_vs_baseline, like_for_like=like, auc_vs_like=vs_like,
+            final_vs_baseline=final_vs_baseline, unstable=sum(r.unstable(metric) for r in method_runs), share=share,
             tokens_to_target=mean_interval(reached) if reached else None, reached=len(reached),
             blame_precision=mean_interval(precisions) if precisions else None,
             rollout_tokens=mean_interval([r.summary["rollout_tokens"] for r in method_runs]),
             wall_s=mean_interval([r.summary["wall_s"] for r in method_runs]),
         ))
     return DifficultyResult(difficulty, metric, budget, target, rows)
+
+
+def paired_difference(ours: dict[int, float], theirs: dict[int, float]) -> Estimate:
+    """The mean difference of two methods' values over the seeds both ran, with its 95% t-interval."""
+    return mean_interval([ours[s] - theirs[s] for s in sorted(set(ours) & set(theirs))])
 
 
 def steps_area_difference(run: Run, baseline: Run, metric: str) -> float:
@@ -232,11 +263,17 @@ def findings(result: DifficultyResult, report: ReportConfig) -> list[str]:
         gain = rows[report.oracle].auc_vs_baseline
         out.append(f"The yardstick `{report.oracle}` {_verdict(gain)} `{report.baseline}` (paired difference of the areas "
                    f"{_signed(gain)}); a method's share of this gain says how much of perfect blame it recovers.")
+    largest = result.largest_pass_k
     for row in result.rows:
         if row.method in (report.baseline, report.oracle) or row.auc_vs_baseline is None:
             continue
         diff = row.auc_vs_baseline
         sentence = f"`{row.method}` {_verdict(diff)} `{report.baseline}` (area {row.auc.mean:.3f}, paired difference {_signed(diff)})"
+        if row.auc_vs_like is not None:
+            sentence += (f"; it {_verdict(row.auc_vs_like)} its like-for-like `{row.like_for_like}` "
+                         f"({_signed(row.auc_vs_like)})")
+        if largest and largest in row.final_vs_baseline:
+            sentence += f"; final {largest} {_signed(row.final_vs_baseline[largest])} against the baseline's"
         if row.share is not None:
             sentence += f"; share of the oracle's gain {row.share}"
         if row.reached == 0:
@@ -265,10 +302,9 @@ def _signed(e: Estimate) -> str:
 
 
 def table(result: DifficultyResult, report: ReportConfig) -> Table:
-    pass_k = sorted({k for r in result.rows for k in r.final if k.startswith("pass@") and k != "pass@1"},
-                    key=lambda k: int(k.split("@")[1]))
     reported = {k for r in result.rows for k in r.final}
-    finals = [result.metric] + [k for k in ("pass@1", *pass_k[-1:]) if k != result.metric and k in reported]
+    largest = result.largest_pass_k
+    finals = [result.metric] + [k for k in ("pass@1", largest) if k and k != result.metric and k in reported]
     columns = [
         ("method", lambda r: f"`{r.method}`"),
         ("seeds", lambda r: str(r.seeds)),
@@ -278,6 +314,12 @@ def table(result: DifficultyResult, report: ReportConfig) -> Table:
         (f"Δ area vs {report.baseline} at equal steps",
          lambda r: _signed(r.steps_auc_vs_baseline) if r.steps_auc_vs_baseline else "–"),
     ]
+    if report.like_for_like:
+        columns.append(("Δ area vs like-for-like",
+                        lambda r: f"{_signed(r.auc_vs_like)} vs `{r.like_for_like}`" if r.auc_vs_like else "–"))
+    if largest:
+        columns.append((f"Δ final {largest} vs {report.baseline}",
+                        lambda r: _signed(r.final_vs_baseline[largest]) if largest in r.final_vs_baseline else "–"))
     if report.oracle:
         columns.append((f"share of {report.oracle} gain", lambda r: str(r.share) if r.share else "–"))
     columns += [
@@ -422,8 +464,7 @@ class DifficultyReport:
         """The metrics with a figure: the report's, pass@1 and the largest pass@k."""
         if self.curves is not None:
             return list(self.curves)
-        keys = {k for r in self.result.rows for k in r.final if k.startswith("pass@") and k != "pass@1"}
-        largest = max(keys, key=lambda k: int(k.split("@")[1])) if keys else None
+        largest = self.result.largest_pass_k
         return [self.result.metric] + [k for k in ("pass@1", largest) if k and k != self.result.metric]
 
     def as_json(self) -> dict:
@@ -450,7 +491,7 @@ def results_from_runs(directory: Path, report: ReportConfig) -> dict[str, Diffic
             out[difficulty] = None
             continue
         result = analyse(by_method, report, difficulty)
-        metrics = [result.metric] + [k for k in ("pass@1", _largest_pass_k(by_method))
+        metrics = [result.metric] + [k for k in ("pass@1", result.largest_pass_k)
                                      if k and k != result.metric and _has_curve(by_method, k)]
         out[difficulty] = DifficultyReport(
             result, {metric: mean_curves(by_method, metric) for metric in metrics},
@@ -574,18 +615,15 @@ def _has_curve(runs: dict[str, list[Run]], metric: str) -> bool:
     return all(sum(metric in e["eval"] for e in r.evals) >= 2 for rs in runs.values() for r in rs)
 
 
-def _largest_pass_k(runs: dict[str, list[Run]]) -> str | None:
-    keys = {k for rs in runs.values() for r in rs for k in r.summary["eval_end"] if k.startswith("pass@") and k != "pass@1"}
-    return max(keys, key=lambda k: int(k.split("@")[1])) if keys else None
-
-
 def glossary() -> list[Block]:
     return [Heading("How to read the table", 3), Bullets((
         "final: the held-out metric at the last evaluation (mean ± half-width of the 95% interval).",
         "area: the mean height of the learning curve against rollout tokens, from 0 to the budget in the header "
         "(the smallest final budget in the grid unless the study sets `report.auc_tokens`): equal cost for every method.",
         "Δ area: the paired difference to the baseline's area, seed by seed; at equal steps: of the areas against "
-        "optimiser steps, each pair over the steps both runs trained.",
+        "optimiser steps, each pair over the steps both runs trained; vs like-for-like: to the baseline the study "
+        "names for the method (`report.like_for_like`: the same optimiser steps per batch and learning rate); "
+        "Δ final pass@k: the paired difference of the final pass@k (unbiased, from the final samples) to the baseline's.",
         "unstable runs: runs whose last evaluation fell below their first, or whose gradient norm at some step exceeded "
         f"{EXPLODED:g}x the run's median.",
         "share of the oracle's gain: (area − baseline's) / (oracle's − baseline's) over paired seeds; 1 recovers all of "
