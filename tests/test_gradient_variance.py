@@ -12,13 +12,13 @@ import torch
 from tiny import TINY
 
 from credo.config import load_config
-from credo.gradient_variance import gradient_draws, spread
+from credo.gradient_variance import gradient_draws, gram_matrix, paired_ratio, spread
 
 
 def test_spread_matches_loop_references():
     generator = torch.Generator().manual_seed(0)
     grads = torch.randn(6, 40, generator=generator, dtype=torch.float64) + 0.5
-    out = spread(grads)
+    out = spread(gram_matrix(grads))
     mean = [sum(g[d] for g in grads) / 6 for d in range(40)]
     variance = sum(sum((g[d] - mean[d]) ** 2 for d in range(40)) for g in grads) / 5
     cosines = [float(grads[r] @ grads[s] / (grads[r].norm() * grads[s].norm())) for r in range(6) for s in range(6) if r != s]
@@ -26,7 +26,7 @@ def test_spread_matches_loop_references():
     assert out["signal"] == pytest.approx(sum(m * m for m in mean) - variance / 6)
     assert out["relative_variance"] == pytest.approx(out["total_variance"] / out["signal"])
     assert out["mean_cosine"] == pytest.approx(sum(cosines) / len(cosines))
-    ratios = [spread(torch.cat([grads[:i], grads[i + 1:]]))["relative_variance"] for i in range(6)]
+    ratios = [spread(gram_matrix(torch.cat([grads[:i], grads[i + 1:]])))["relative_variance"] for i in range(6)]
     jackknife = math.sqrt(5 / 6 * sum((r - sum(ratios) / 6) ** 2 for r in ratios))
     assert out["relative_variance_se"] == pytest.approx(jackknife)
 
@@ -39,20 +39,43 @@ def test_relative_variance_estimates_the_noise_to_signal_ratio():
     ratios, signals = [], []
     for _ in range(200):
         noise = torch.randn(8, 200, generator=generator, dtype=torch.float64)
-        ratios.append(spread(mu + 0.1 * noise)["relative_variance"])
-        signals.append(spread(0.1 * noise)["signal"])
+        ratios.append(spread(gram_matrix(mu + 0.1 * noise))["relative_variance"])
+        signals.append(spread(gram_matrix(0.1 * noise))["signal"])
     assert sum(ratios) / len(ratios) == pytest.approx(200 * 0.01 / 2, rel=0.1)
-    standard_errors = [spread(mu + 0.1 * torch.randn(8, 200, generator=generator, dtype=torch.float64))["relative_variance_se"]
-                       for _ in range(200)]  # the jackknife's error matches the estimate's spread over repeats
+    standard_errors = [spread(gram_matrix(mu + 0.1 * torch.randn(8, 200, generator=generator, dtype=torch.float64)))[
+                           "relative_variance_se"] for _ in range(200)]  # the jackknife's error matches the estimate's spread over repeats
     spread_of_ratios = math.sqrt(sum((r - sum(ratios) / 200) ** 2 for r in ratios) / 199)
     assert sum(standard_errors) / 200 == pytest.approx(spread_of_ratios, rel=0.35)
     assert abs(sum(signals) / len(signals)) < 0.01 < 200 * 0.01 / 8  # unbiased, unlike ||mean||^2 (V/R = 0.25)
-    assert spread(torch.zeros(3, 5, dtype=torch.float64) + torch.tensor([1.0, 0, 0, 0, 0]))["mean_cosine"] == pytest.approx(1.0)
+    assert spread(gram_matrix(torch.zeros(3, 5) + torch.tensor([1.0, 0, 0, 0, 0])))["mean_cosine"] == pytest.approx(1.0)
 
 
 def test_a_single_draw_has_no_spread():
     with pytest.raises(ValueError, match="at least 2 draws"):
-        spread(torch.ones(1, 3))
+        spread(gram_matrix(torch.ones(1, 3)))
+
+
+def test_a_paired_ratio_cancels_the_shared_noise():
+    """Two estimators that share their draws' noise, one with 1.1x the noise: the ratio of their relative variances
+    is near 1.21 on every subset of draws, so its paired jackknife error is small; unpaired draws keep theirs."""
+    generator = torch.Generator().manual_seed(2)
+    mu, noise = torch.full((300,), 0.1, dtype=torch.float64), torch.randn(10, 300, generator=generator, dtype=torch.float64)
+    ours, reference = gram_matrix(mu + 0.11 * noise), gram_matrix(mu + 0.1 * noise)
+    ratio, se = paired_ratio(ours, reference)
+    own = spread(ours)
+    expected = own["relative_variance"] / spread(reference)["relative_variance"]
+    assert ratio == pytest.approx(expected) and ratio == pytest.approx(1.21, abs=0.02)
+    def relative_variance_without(i, grads):
+        return spread(gram_matrix(torch.cat([grads[:i], grads[i + 1:]])))["relative_variance"]
+
+    leave_one_out = [relative_variance_without(i, mu + 0.11 * noise) / relative_variance_without(i, mu + 0.1 * noise)
+                     for i in range(10)]
+    mean = sum(leave_one_out) / 10
+    assert se == pytest.approx(math.sqrt(9 / 10 * sum((r - mean) ** 2 for r in leave_one_out)), abs=1e-12)
+    independent = gram_matrix(mu + 0.11 * torch.randn(10, 300, generator=generator, dtype=torch.float64))
+    assert paired_ratio(independent, reference)[1] > 5 * se  # unpaired draws keep their noise
+    with pytest.raises(ValueError, match="as many draws each"):
+        paired_ratio(ours[:5, :5], reference)
 
 
 @pytest.fixture

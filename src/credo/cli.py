@@ -371,18 +371,21 @@ def gradient_variance(
     """The spread of each method's policy-gradient estimate on common batches: the same policy and prompts, the
     groups resampled `draws` times (`credo.gradient_variance`); relative variance against the first config's."""
     from credo.config import load_config
-    from credo.gradient_variance import check_after_steps, gradient_draws, spread
+    from credo.gradient_variance import check_after_steps, gradient_draws, gram_matrix, paired_ratio, spread
     from credo.io import write_json_atomic
 
     _quiet_transformers()
     loaded = [(path, load_config(path, overrides)) for path in configs]  # every config checked before any runs
     for _, config in loaded:
         check_after_steps(config, after_steps)
-    results = {}
+    results, reference = {}, None
     for path, config in loaded:
         grads, extra = gradient_draws(config, draws, after_steps=after_steps)
-        results[str(path)] = {"method": config.method, **spread(grads), **extra}
-    reference = next(iter(results.values()))["relative_variance"]
+        gram = gram_matrix(grads)
+        reference = gram if reference is None else reference
+        ratio, ratio_se = paired_ratio(gram, reference)
+        results[str(path)] = {"method": config.method, **spread(gram), "vs_first": ratio, "vs_first_se": ratio_se,
+                              **extra}
     where = f", mini-batch {after_steps + 1} after {after_steps} optimiser steps" if after_steps else ""
     table = Table(title=f"policy-gradient spread over {draws} resampled batches of the same prompts{where}")
     for column in ("config", "method", "relative variance", "vs first", "mean cosine", "|g| mean", "reward", "tokens"):
@@ -390,7 +393,7 @@ def gradient_variance(
     for path, row in results.items():
         table.add_row(f"{Path(path).parent.name}/{Path(path).stem}", row["method"],
                       f"{row['relative_variance']:.3g} ± {row['relative_variance_se']:.2g}",
-                      f"{row['relative_variance'] / reference:.2f}", f"{row['mean_cosine']:.3f}",
+                      f"{row['vs_first']:.2f} ± {row['vs_first_se']:.2f}", f"{row['mean_cosine']:.3f}",
                       f"{row['grad_norm_mean']:.3g}", f"{row['reward_mean']:.3f}", f"{row['tokens_per_draw']:.0f}")
     console.print(table)
     if output is not None:

@@ -5,7 +5,7 @@ carries ratios through many tokens, a noisy localiser). For one fixed policy and
 `gradient_draws` draws R rollout batches with the method's own sampler (the same prompts each time, the groups
 and any resets, revisions or continuations resampled), credits each, and takes the gradient `g_r` of the
 method's loss on the whole batch at the sampling policy (importance ratio 1, one mini-batch), over all trainable
-parameters. `spread` then gives, with ḡ the mean of the R gradients:
+parameters. `spread` then gives, from their Gram matrix, with ḡ the mean of the R gradients:
 
     total variance    V = 1/(R-1) sum_r ||g_r - ḡ||^2
     signal            S = ||ḡ||^2 - V/R          (an unbiased estimate of ||E g||^2)
@@ -15,7 +15,8 @@ parameters. `spread` then gives, with ḡ the mean of the R gradients:
 
 Lower relative variance and higher cosine mean a steadier estimate of the same direction. Draw r of every
 method samples with common random numbers keyed by r (`credo.rollout.crn`), so where two methods' samplers
-draw alike (the first groups of every i.i.d., reset or revision sampler) they start from the same responses.
+draw alike (the first groups of every i.i.d., reset or revision sampler) they start from the same responses, and
+`paired_ratio` compares two methods' relative variances draw by draw (a jackknife over the draws of both).
 
 At ratio 1 a trace method's gradient is its base's (an S-trace's selection and a GRPO-lambda trace act only where
 the current policy has moved off the behaviour policy). `after_steps=k` measures the gradient a method takes off
@@ -107,47 +108,68 @@ def _restore(trainer: Trainer, state: dict) -> None:
     trainer.scheduler.load_state_dict(copy.deepcopy(state["scheduler"]))
 
 
-def spread(grads: Tensor) -> dict[str, float]:
+def gram_matrix(grads: Tensor) -> Tensor:
+    """The (R, R) inner products of R gradients, in float64: every statistic below needs only these."""
+    grads = grads.double()
+    return grads @ grads.T
+
+
+def spread(gram: Tensor) -> dict[str, float]:
     """Total variance, signal, relative variance (with its jackknife standard error), mean pairwise cosine and mean
-    norm of (R, D) gradients (R >= 2; the standard error needs R >= 3)."""
-    draws = grads.shape[0]
+    norm of R gradients from their Gram matrix (R >= 2; the standard error needs R >= 3). With G the Gram matrix,
+    sum_r ||g_r - ḡ||^2 = tr G - sum G / R and ||ḡ||^2 = sum G / R^2."""
+    draws = gram.shape[0]
     if draws < 2:
         raise ValueError("the spread of a gradient estimate needs at least 2 draws")
-    variance, signal = _variance_and_signal(grads)
-    units = grads / grads.norm(dim=1, keepdim=True).clamp(min=1e-30)
-    total = units.sum(dim=0)
-    cosine = (float(total @ total) - draws) / (draws * (draws - 1))
+    variance, signal = _variance_and_signal(gram)
+    norms = gram.diagonal().clamp(min=0).sqrt()
+    cosines = gram / torch.outer(norms, norms).clamp(min=1e-300)
     return {
         "draws": draws,
-        "grad_norm_mean": float(grads.norm(dim=1).mean()),
+        "grad_norm_mean": float(norms.mean()),
         "total_variance": variance,
         "signal": signal,
         "relative_variance": _ratio(variance, signal),
-        "relative_variance_se": _jackknife_se(grads) if draws >= 3 else math.nan,
-        "mean_cosine": cosine,
+        "relative_variance_se": _jackknife_se(lambda keep: _ratio(*_variance_and_signal(gram[keep][:, keep])), draws),
+        "mean_cosine": float(cosines.sum() - cosines.diagonal().sum()) / (draws * (draws - 1)),
     }
 
 
-def _variance_and_signal(grads: Tensor) -> tuple[float, float]:
-    draws = grads.shape[0]
-    mean = grads.mean(dim=0)
-    variance = float(((grads - mean) ** 2).sum()) / (draws - 1)
-    return variance, float(mean @ mean) - variance / draws
+def paired_ratio(gram: Tensor, reference: Tensor) -> tuple[float, float]:
+    """The ratio of two relative variances measured on the same draws (draw r of both keyed alike), with its
+    jackknife standard error over the draws left out of both: pairing cancels the noise the two share."""
+    if gram.shape != reference.shape:
+        raise ValueError(f"paired draws need as many draws each, got {gram.shape[0]} and {reference.shape[0]}")
+
+    def ratio(keep: Tensor) -> float:
+        ours, theirs = (_ratio(*_variance_and_signal(g[keep][:, keep])) for g in (gram, reference))
+        return ours / theirs if math.isfinite(ours) and math.isfinite(theirs) and theirs > 0 else math.inf
+
+    draws = gram.shape[0]
+    return ratio(torch.ones(draws, dtype=torch.bool)), _jackknife_se(ratio, draws)
+
+
+def _variance_and_signal(gram: Tensor) -> tuple[float, float]:
+    draws = gram.shape[0]
+    total = float(gram.sum())
+    variance = (float(gram.diagonal().sum()) - total / draws) / (draws - 1)
+    return variance, total / draws**2 - variance / draws
 
 
 def _ratio(variance: float, signal: float) -> float:
     return variance / signal if signal > 0 else math.inf
 
 
-def _jackknife_se(grads: Tensor) -> float:
-    """Jackknife standard error of the relative variance: sqrt((R-1)/R * sum_i (r_(i) - mean r_(.))^2), r_(i) the
-    estimate without draw i."""
-    draws = grads.shape[0]
+def _jackknife_se(estimate, draws: int) -> float:
+    """Jackknife standard error of `estimate(keep)` (keep: a boolean mask of the draws):
+    sqrt((R-1)/R * sum_i (e_(i) - mean e_(.))^2), e_(i) the estimate without draw i; NaN below 3 draws."""
+    if draws < 3:
+        return math.nan
     keep = torch.ones(draws, dtype=torch.bool)
     leave_one_out = []
     for i in range(draws):
         keep[i] = False
-        leave_one_out.append(_ratio(*_variance_and_signal(grads[keep])))
+        leave_one_out.append(estimate(keep))
         keep[i] = True
     if not all(math.isfinite(r) for r in leave_one_out):
         return math.inf
