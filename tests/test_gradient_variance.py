@@ -42,8 +42,9 @@ def test_relative_variance_estimates_the_noise_to_signal_ratio():
         ratios.append(spread(gram_matrix(mu + 0.1 * noise))["relative_variance"])
         signals.append(spread(gram_matrix(0.1 * noise))["signal"])
     assert sum(ratios) / len(ratios) == pytest.approx(200 * 0.01 / 2, rel=0.1)
+    # the jackknife's error matches the estimate's spread over repeats
     standard_errors = [spread(gram_matrix(mu + 0.1 * torch.randn(8, 200, generator=generator, dtype=torch.float64)))[
-                           "relative_variance_se"] for _ in range(200)]  # the jackknife's error matches the estimate's spread over repeats
+                           "relative_variance_se"] for _ in range(200)]
     spread_of_ratios = math.sqrt(sum((r - sum(ratios) / 200) ** 2 for r in ratios) / 199)
     assert sum(standard_errors) / 200 == pytest.approx(spread_of_ratios, rel=0.35)
     assert abs(sum(signals) / len(signals)) < 0.01 < 200 * 0.01 / 8  # unbiased, unlike ||mean||^2 (V/R = 0.25)
@@ -59,7 +60,8 @@ def test_a_paired_ratio_cancels_the_shared_noise():
     """Two estimators that share their draws' noise, one with 1.1x the noise: the ratio of their relative variances
     is near 1.21 on every subset of draws, so its paired jackknife error is small; unpaired draws keep theirs."""
     generator = torch.Generator().manual_seed(2)
-    mu, noise = torch.full((300,), 0.1, dtype=torch.float64), torch.randn(10, 300, generator=generator, dtype=torch.float64)
+    mu = torch.full((300,), 0.1, dtype=torch.float64)
+    noise = torch.randn(10, 300, generator=generator, dtype=torch.float64)
     ours, reference = gram_matrix(mu + 0.11 * noise), gram_matrix(mu + 0.1 * noise)
     ratio, se = paired_ratio(ours, reference)
     own = spread(ours)
@@ -120,8 +122,8 @@ def test_the_command_compares_methods(tmp_path, odd_length_reward):
 
 def test_off_policy_draws_measure_a_later_mini_batch_at_the_moved_policy(odd_length_reward):
     """At ratio 1 S-trace's gradient is GRPO's; after an optimiser step on the first mini-batch its selection acts on
-    the second, so the two part. With a vanishing learning rate nothing moves and they agree again: the difference is the
-    moved policy's, and each draw starts from the restored weights (the draws are reproducible)."""
+    the second, so the two part. With a vanishing learning rate nothing moves and they agree again: the difference
+    is the moved policy's, and each draw starts from the restored weights (the draws are reproducible)."""
     settings = TINY + ["rollout.group_size=4", "optim.minibatches=4"]
     grpo, extra = gradient_draws(load_config(None, settings + ["method=grpo"]), 3, after_steps=1)
     s_trace, _ = gradient_draws(load_config(None, settings + ["method=s_trace"]), 3, after_steps=1)
@@ -155,10 +157,11 @@ def test_restore_undoes_the_optimiser_steps(odd_length_reward, tmp_path):
     after_one = [p.detach().clone() for p in trainer.model.parameters() if p.requires_grad]
     optimiser_step(trainer, batch, TrainState())
     _restore(trainer, start)
-    assert all(torch.equal(p, p0) for p, p0 in zip(start["params"], (p for p in trainer.model.parameters() if p.requires_grad)))
+    trainable = [p for p in trainer.model.parameters() if p.requires_grad]
+    assert all(torch.equal(p, p0) for p, p0 in zip(trainable, start["params"]))
     assert trainer.scheduler.last_epoch == start["scheduler"]["last_epoch"]
     optimiser_step(trainer, batch, TrainState())  # the optimiser's moments restored too: the same first step again
-    assert all(torch.equal(p, p1) for p, p1 in zip((p for p in trainer.model.parameters() if p.requires_grad), after_one))
+    assert all(torch.equal(p, p1) for p, p1 in zip(trainable, after_one))
 
 
 def test_after_steps_needs_a_mini_batch_left(tmp_path):

@@ -364,7 +364,8 @@ def gradient_variance(
     configs: list[Path] = typer.Argument(..., help="Run configs, one per method; the first is the reference (GRPO)."),
     draws: int = typer.Option(16, min=2, help="Rollout batches resampled on the same prompts, per method."),
     after_steps: int = typer.Option(0, "--after-steps", min=0, help="Measure the gradient on mini-batch K+1 after "
-                                    "optimiser steps on the batch's first K (off policy); 0: the whole batch at ratio 1."),
+                                    "optimiser steps on the batch's first K (off policy); 0: the whole batch at "
+                                    "ratio 1."),
     overrides: list[str] = typer.Option([], "--set", help="Override a key of every config, e.g. --set model.path=DIR."),
     output: Path = typer.Option(None, "--json", help="Also write the results to this JSON file (atomically)."),
 ) -> None:

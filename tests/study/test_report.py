@@ -320,5 +320,5 @@ def test_a_like_for_like_baseline_must_be_a_method(tmp_path):
     path = tmp_path / "study.yaml"
     path.write_text(yaml.safe_dump({"name": "s", "seeds": [0], "methods": {"grpo": "g.yaml", "s_trace": "s.yaml"},
                                     "report": {"oracle": None, "like_for_like": {"s_trace": "grpo_4mb"}}}))
-    with pytest.raises(ConfigError, match="report.like_for_like s_trace: grpo_4mb: 'grpo_4mb' is not one of the methods"):
+    with pytest.raises(ConfigError, match="like_for_like s_trace: grpo_4mb: 'grpo_4mb' is not one of the methods"):
         load_study(path)

@@ -5,9 +5,9 @@ For each difficulty of the grid, from the finished runs' `metrics.jsonl` and `su
   localisation, revisions) and wall time, the mean over seeds with a 95% t-interval (`plots/*.png`);
 - a table: final scores; the area under the curve (its mean height) over an equal rollout-token budget;
   the paired difference of that area to the baseline's (and to a method's like-for-like baseline, when the study
-  names one), and of the areas against optimiser steps; the paired difference of the final largest pass@k; the share of
-  the oracle's gain (`credo.study.curves.share_of_gain`); rollout tokens needed to reach the baseline's final score;
-  blame precision (`credo.diagnostics`); unstable runs (collapsed curves, exploded gradient norms); cost;
+  names one), and of the areas against optimiser steps; the paired difference of the final largest pass@k; the
+  share of the oracle's gain (`credo.study.curves.share_of_gain`); rollout tokens needed to reach the baseline's
+  final score; blame precision (`credo.diagnostics`); unstable runs (collapsed curves, exploded gradient norms); cost;
 - findings in plain words, derived from the table (better / worse / not distinguishable from the baseline);
 - a credit heatmap page (`credit_<difficulty>.html`, `credo.study.heatmap`; its records beside it in
   `credit_<difficulty>.jsonl`).
@@ -623,7 +623,8 @@ def glossary() -> list[Block]:
         "Δ area: the paired difference to the baseline's area, seed by seed; at equal steps: of the areas against "
         "optimiser steps, each pair over the steps both runs trained; vs like-for-like: to the baseline the study "
         "names for the method (`report.like_for_like`: the same optimiser steps per batch and learning rate); "
-        "Δ final pass@k: the paired difference of the final pass@k (unbiased, from the final samples) to the baseline's.",
+        "Δ final pass@k: the paired difference of the final pass@k (unbiased, from the final samples) to the "
+        "baseline's.",
         "unstable runs: runs whose last evaluation fell below their first, or whose gradient norm at some step exceeded "
         f"{EXPLODED:g}x the run's median.",
         "share of the oracle's gain: (area − baseline's) / (oracle's − baseline's) over paired seeds; 1 recovers all of "
