@@ -285,14 +285,22 @@ def findings(result: DifficultyResult, report: ReportConfig) -> list[str]:
     return out
 
 
-def _verdict(diff: Estimate) -> str:
+def verdict(diff: Estimate) -> str:
+    """The report's rule for a paired difference: "beats" or "falls behind" when its 95% interval excludes 0, "not
+    distinguishable" otherwise, "one seed" when there is no interval."""
     if diff.low is None:
-        return "cannot be told apart (one seed) from"
+        return "one seed"
     if diff.low > 0:
         return "beats"
     if diff.high < 0:
         return "falls behind"
-    return "is not distinguishable from"
+    return "not distinguishable"
+
+
+def _verdict(diff: Estimate) -> str:
+    """`verdict` as the verb of a findings sentence."""
+    return {"one seed": "cannot be told apart (one seed) from", "not distinguishable": "is not distinguishable from"
+            }.get(verdict(diff), verdict(diff))
 
 
 def _signed(e: Estimate) -> str:
