@@ -303,6 +303,13 @@ def _verdict(diff: Estimate) -> str:
             }.get(verdict(diff), verdict(diff))
 
 
+def _bracketed(e: Estimate) -> str:
+    """A paired difference as a table cell: `+0.024 [-0.018, +0.065]` (the 95% interval in brackets)."""
+    if e.low is None:
+        return f"{e.mean:+.3f}"
+    return f"{e.mean:+.3f} [{e.low:+.3f}, {e.high:+.3f}]"
+
+
 def _signed(e: Estimate) -> str:
     if e.low is None:
         return f"{e.mean:+.3f}"
@@ -318,16 +325,17 @@ def table(result: DifficultyResult, report: ReportConfig) -> Table:
         ("seeds", lambda r: str(r.seeds)),
         *((f"final {k}", lambda r, k=k: str(r.final[k]) if k in r.final else "–") for k in finals),
         (f"area ≤{_tokens(result.budget)} tok", lambda r: str(r.auc)),
-        (f"Δ area vs {report.baseline}", lambda r: _signed(r.auc_vs_baseline) if r.auc_vs_baseline else "–"),
+        (f"Δ area vs {report.baseline}", lambda r: _bracketed(r.auc_vs_baseline) if r.auc_vs_baseline else "–"),
         (f"Δ area vs {report.baseline} at equal steps",
-         lambda r: _signed(r.steps_auc_vs_baseline) if r.steps_auc_vs_baseline else "–"),
+         lambda r: _bracketed(r.steps_auc_vs_baseline) if r.steps_auc_vs_baseline else "–"),
     ]
     if report.like_for_like:
         columns.append(("Δ area vs like-for-like",
-                        lambda r: f"{_signed(r.auc_vs_like)} vs `{r.like_for_like}`" if r.auc_vs_like else "–"))
+                        lambda r: f"{_bracketed(r.auc_vs_like)} vs `{r.like_for_like}`" if r.auc_vs_like else "–"))
     if largest:
         columns.append((f"Δ final {largest} vs {report.baseline}",
-                        lambda r: _signed(r.final_vs_baseline[largest]) if largest in r.final_vs_baseline else "–"))
+                        lambda r: _bracketed(r.final_vs_baseline[largest]) if largest in r.final_vs_baseline
+                        else "–"))
     if report.oracle:
         columns.append((f"share of {report.oracle} gain", lambda r: str(r.share) if r.share else "–"))
     columns += [
@@ -628,8 +636,9 @@ def glossary() -> list[Block]:
         "final: the held-out metric at the last evaluation (mean ± half-width of the 95% interval).",
         "area: the mean height of the learning curve against rollout tokens, from 0 to the budget in the header "
         "(the smallest final budget in the grid unless the study sets `report.auc_tokens`): equal cost for every method.",
-        "Δ area: the paired difference to the baseline's area, seed by seed; at equal steps: of the areas against "
-        "optimiser steps, each pair over the steps both runs trained; vs like-for-like: to the baseline the study "
+        "Δ area: the paired difference to the baseline's area, seed by seed, with its 95% interval in brackets; at "
+        "equal steps: of the areas against optimiser steps, each pair over the steps both runs trained; vs "
+        "like-for-like: to the baseline the study "
         "names for the method (`report.like_for_like`: the same optimiser steps per batch and learning rate); "
         "Δ final pass@k: the paired difference of the final pass@k (unbiased, from the final samples) to the "
         "baseline's.",
