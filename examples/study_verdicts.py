@@ -19,6 +19,7 @@ from pathlib import Path
 import yaml
 
 from credo.study.curves import Estimate
+from credo.study.grid import ReportConfig
 from credo.study.report import MethodRow, results_from_json, verdict
 
 
@@ -27,7 +28,7 @@ def columns(folders: list[Path]) -> dict[str, tuple[str, list[MethodRow]]]:
     out = {}
     for folder in folders:
         study = yaml.safe_load((folder / "study.yaml").read_text())
-        baseline = study.get("report", {}).get("baseline", "grpo")
+        baseline = ReportConfig(**study.get("report", {})).baseline
         for difficulty, report in results_from_json(folder, study).items():
             if report is not None:
                 out[f"{study['name']} · {difficulty}"] = (baseline, report.result.rows)
@@ -39,13 +40,13 @@ def cell(diff: Estimate | None) -> str:
         return "–"
     if diff.low is None:
         return f"{diff.mean:+.3f} (one seed)"
-    return f"{diff.mean:+.3f} ± {(diff.high - diff.low) / 2:.3f} {verdict(diff)}"
+    return f"{diff.mean:+.3f} ± {diff.half_width:.3f} {verdict(diff)}"
 
 
 def achieved_mde(baseline: str, rows: list[MethodRow]) -> float | None:
     """The median 95% half-width of the paired differences to the baseline over the methods with its seed count."""
     seeds = next(r.seeds for r in rows if r.method == baseline)
-    widths = [(r.auc_vs_baseline.high - r.auc_vs_baseline.low) / 2 for r in rows
+    widths = [r.auc_vs_baseline.half_width for r in rows
               if r.auc_vs_baseline is not None and r.auc_vs_baseline.low is not None and r.seeds == seeds]
     return statistics.median(widths) if widths else None
 

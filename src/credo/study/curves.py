@@ -87,10 +87,15 @@ class Estimate:
     high: float | None
     n: int
 
+    @property
+    def half_width(self) -> float | None:
+        """Half the width of the 95% interval (None without one)."""
+        return None if self.low is None else (self.high - self.low) / 2
+
     def __str__(self) -> str:
         if self.low is None:
             return f"{self.mean:.3f}"
-        return f"{self.mean:.3f} ± {(self.high - self.low) / 2:.3f}"
+        return f"{self.mean:.3f} ± {self.half_width:.3f}"
 
 
 def t_quantile(df: int) -> float:

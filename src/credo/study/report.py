@@ -299,8 +299,9 @@ def verdict(diff: Estimate) -> str:
 
 def _verdict(diff: Estimate) -> str:
     """`verdict` as the verb of a findings sentence."""
+    said = verdict(diff)
     return {"one seed": "cannot be told apart (one seed) from", "not distinguishable": "is not distinguishable from"
-            }.get(verdict(diff), verdict(diff))
+            }.get(said, said)
 
 
 def _bracketed(e: Estimate) -> str:
