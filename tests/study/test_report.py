@@ -313,6 +313,19 @@ def test_like_for_like_baselines_and_paired_final_differences(study_dir):
     assert "final pass@4 +0.085" in text
 
 
+def test_a_method_that_reduces_to_the_baseline_is_called_identical(study_dir):
+    """REINFORCE on policy is GRPO to the last digit: equal runs are "identical", not "not distinguishable"."""
+    study = yaml.safe_load((study_dir / "study.yaml").read_text())
+    study["methods"]["same"] = {"config": "same.yaml"}
+    (study_dir / "study.yaml").write_text(yaml.safe_dump(study))
+    for seed, shift in SHIFT.items():
+        make_run(study_dir / "default" / "same" / f"seed{seed}", "same", seed,
+                 [y + shift if y > 0.2 else y for y in CURVES["grpo"]])
+    text = write_report(study_dir).read_text()
+    assert "`same` is identical on every seed to `grpo` (area 0.407, paired difference +0.000, interval +0.000" in text
+    assert "`better` beats `grpo`" in text
+
+
 def test_a_like_for_like_baseline_must_be_a_method(tmp_path):
     from credo.config import ConfigError
     from credo.study.grid import load_study
@@ -322,3 +335,4 @@ def test_a_like_for_like_baseline_must_be_a_method(tmp_path):
                                     "report": {"oracle": None, "like_for_like": {"s_trace": "grpo_4mb"}}}))
     with pytest.raises(ConfigError, match="like_for_like s_trace: grpo_4mb: 'grpo_4mb' is not one of the methods"):
         load_study(path)
+

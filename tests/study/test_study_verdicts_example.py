@@ -51,6 +51,8 @@ def test_cells_say_when_a_difference_cannot_be_judged():
     assert verdicts.cell(Estimate(0.02, None, None, 1)) == "+0.020 (one seed)"
     assert verdicts.cell(Estimate(0.01, -0.01, 0.03, 6)) == "+0.010 ± 0.020 not distinguishable"
     assert verdicts.cell(Estimate(-0.05, -0.08, -0.02, 6)) == "-0.050 ± 0.030 falls behind"
+    assert verdicts.cell(Estimate(0.0, 0.0, 0.0, 6)) == "+0.000 ± 0.000 identical"  # the same runs (REINFORCE, GRPO)
+    assert verdicts.cell(Estimate(0.001, 0.001, 0.001, 6)) == "+0.001 ± 0.000 beats"  # exact but not zero
 
 
 def test_the_achieved_mde_is_the_median_half_width_at_the_baselines_seeds():

@@ -287,9 +287,12 @@ def findings(result: DifficultyResult, report: ReportConfig) -> list[str]:
 
 def verdict(diff: Estimate) -> str:
     """The report's rule for a paired difference: "beats" or "falls behind" when its 95% interval excludes 0, "not
-    distinguishable" otherwise, "one seed" when there is no interval."""
+    distinguishable" otherwise, "one seed" when there is no interval, and "identical" when every seed's difference is
+    exactly 0 (the same runs: a method that reduces to the baseline, as REINFORCE does to GRPO on policy)."""
     if diff.low is None:
         return "one seed"
+    if diff.low == diff.high == 0.0:
+        return "identical"
     if diff.low > 0:
         return "beats"
     if diff.high < 0:
@@ -300,8 +303,8 @@ def verdict(diff: Estimate) -> str:
 def _verdict(diff: Estimate) -> str:
     """`verdict` as the verb of a findings sentence."""
     said = verdict(diff)
-    return {"one seed": "cannot be told apart (one seed) from", "not distinguishable": "is not distinguishable from"
-            }.get(said, said)
+    return {"one seed": "cannot be told apart (one seed) from", "not distinguishable": "is not distinguishable from",
+            "identical": "is identical on every seed to"}.get(said, said)
 
 
 def _bracketed(e: Estimate) -> str:
@@ -430,8 +433,8 @@ def plot_curves(curves: dict[str, dict[str, dict]], metric: str, path: Path, tit
 
 
 def plot_differences(result: DifficultyResult, baseline: str, path: Path, title: str) -> Path | None:
-    """A forest plot: each method's paired difference of the area to the baseline's, with its 95% interval
-    (blue: ahead, vermillion: behind, grey: not distinguishable or a single seed)."""
+    """A forest plot: each method's paired difference of the area to the baseline's, with its 95% interval, coloured
+    by its `verdict` (blue: beats, vermillion: falls behind, grey: the rest)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -441,17 +444,17 @@ def plot_differences(result: DifficultyResult, baseline: str, path: Path, title:
     rows = [r for r in result.rows if r.auc_vs_baseline is not None]
     if not rows:
         return None
-    verdicts = {"ahead": ("#0072B2", "o"), "behind": ("#D55E00", "s"), "not distinguishable": ("#777777", "D")}
+    styles = {"beats": ("#0072B2", "o"), "falls behind": ("#D55E00", "s"), "not distinguishable": ("#777777", "D"),
+              "identical": ("#777777", "x"), "one seed": ("#777777", "D")}
     single = all(r.auc_vs_baseline.low is None for r in rows)
     fig, ax = plt.subplots(figsize=(9, 1.6 + 0.3 * len(rows)), layout="constrained")
     used = set()
     for y, row in enumerate(reversed(rows)):
         d = row.auc_vs_baseline
         low, high = (d.low, d.high) if d.low is not None else (d.mean, d.mean)
-        verdict = ("not distinguishable" if d.low is None  # one seed: no interval, as the findings say
-                   else "ahead" if low > 0 else "behind" if high < 0 else "not distinguishable")
-        used.add(verdict)
-        colour, marker = verdicts[verdict]
+        said = verdict(d)
+        used.add(said)
+        colour, marker = styles[said]
         ax.errorbar(d.mean, y, xerr=[[d.mean - low], [high - d.mean]], fmt=marker, color=colour, capsize=3)
     ax.axvline(0, color="black", linewidth=0.8)
     ax.set_yticks(range(len(rows)), [r.method for r in reversed(rows)])
@@ -459,9 +462,11 @@ def plot_differences(result: DifficultyResult, baseline: str, path: Path, title:
     ax.set(xlabel=f"paired difference of the area to {baseline}'s (≤{_tokens(result.budget)} rollout tokens"
                   + (", one seed: no interval)" if single else ", 95% interval)"), title=title)
     ax.grid(axis="x", alpha=0.3)
-    handles = [Line2D([], [], color=verdicts[v][0], marker=verdicts[v][1], linestyle="",
-                      label=f"{v} vs {baseline}" + (" (one seed)" if single and v == "not distinguishable" else ""))
-               for v in verdicts if v in used]
+    labels = {"beats": f"beats {baseline}", "falls behind": f"falls behind {baseline}",
+              "not distinguishable": f"not distinguishable from {baseline}", "identical": f"identical to {baseline}",
+              "one seed": "one seed (no interval)"}
+    handles = [Line2D([], [], color=styles[v][0], marker=styles[v][1], linestyle="", label=labels[v])
+               for v in styles if v in used]
     fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), fontsize=9, frameon=False)
     return save_figure(fig, path)
 
