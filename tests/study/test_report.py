@@ -326,6 +326,50 @@ def test_a_method_that_reduces_to_the_baseline_is_called_identical(study_dir):
     assert "`better` beats `grpo`" in text
 
 
+def test_a_study_of_many_methods_also_draws_its_curves_family_by_family(tmp_path):
+    """One figure of every method cannot be read past FAMILY_FIGURES_ABOVE methods: the report adds one per family,
+    each with the baseline, the oracle and the family's like-for-like baselines."""
+    from credo.study.report import FAMILY_FIGURES_ABOVE
+
+    methods = ["grpo", "grpo_4mb", "dapo", "s_trace", "p_trace", "grpo_lambda", "gtpo", "srpo", "rrpo", "ibpo", "vine",
+               "oracle_blame"]
+    assert len(methods) > FAMILY_FIGURES_ABOVE
+    root = tmp_path / "study"
+    root.mkdir()
+    study = {"name": "many", "seeds": [0, 1], "methods": {m: {"config": f"{m}.yaml"} for m in methods},
+             "difficulties": {"default": {}},
+             "report": {"baseline": "grpo", "oracle": "oracle_blame", "like_for_like": {"s_trace": "grpo_4mb"}}}
+    (root / "study.yaml").write_text(yaml.safe_dump(study))
+    for i, method in enumerate(methods):
+        for seed, shift in SHIFT.items():
+            make_run(root / "default" / method / f"seed{seed}", method, seed, [0.2, 0.3 + 0.01 * i + shift, 0.5 + shift])
+    text = write_report(root).read_text()
+    families = ("baseline", "trace", "token", "reset", "revision", "value")
+    for family in families:
+        assert (root / "plots" / f"default_greedy_pass_at_1_{family}.png").stat().st_size > 5000
+        assert f"(plots/default_greedy_pass_at_1_{family}.png)" in text
+    assert not list((root / "plots").glob("*_oracle.png")) and not list((root / "plots").glob("*_other.png"))
+    assert not list((root / "plots").glob("default_pass_at_1_*.png"))  # only the headline metric, family by family
+    assert "greedy_pass@1 of the trace methods beside `grpo` and `oracle_blame`" in text
+
+
+def test_family_figures_hold_the_family_its_like_for_like_baselines_and_the_anchors():
+    from credo.study.grid import ReportConfig
+    from credo.study.report import family_figures
+
+    few = ["grpo", "s_trace", "oracle_blame"]
+    assert family_figures(few, ReportConfig()) == {}
+    many = ["grpo", "grpo_4mb", "s_trace", "s_trace@tuned", "grpo_4mb@tuned", "srpo", "srpo_oracle_0.5", "ibpo",
+            "better", "worse", "oracle_blame"]
+    figures = family_figures(many, ReportConfig(like_for_like={"s_trace": "grpo_4mb", "s_trace@tuned": "grpo_4mb@tuned"}))
+    assert list(figures) == ["baseline", "trace", "reset", "revision", "other"]
+    assert figures["trace"] == ["grpo", "grpo_4mb", "s_trace", "s_trace@tuned", "grpo_4mb@tuned", "oracle_blame"]
+    assert figures["reset"] == ["grpo", "srpo", "srpo_oracle_0.5", "oracle_blame"]
+    assert figures["other"] == ["grpo", "better", "worse", "oracle_blame"]
+    assert figures["baseline"] == ["grpo", "grpo_4mb", "grpo_4mb@tuned", "oracle_blame"]
+    assert family_figures(many, ReportConfig(oracle=None))["reset"] == ["grpo", "srpo", "srpo_oracle_0.5"]
+
+
 def test_a_like_for_like_baseline_must_be_a_method(tmp_path):
     from credo.config import ConfigError
     from credo.study.grid import load_study

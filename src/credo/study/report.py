@@ -2,13 +2,15 @@
 
 For each difficulty of the grid, from the finished runs' `metrics.jsonl` and `summary.json`:
 - curves of held-out metrics against optimiser steps, rollout tokens (every generated token: seeds,
-  localisation, revisions) and wall time, the mean over seeds with a 95% t-interval (`plots/*.png`);
+  localisation, revisions) and wall time, the mean over seeds with a 95% t-interval (`plots/*.png`), and for a
+  study of many methods the headline metric's curves family by family (`family_figures`);
 - a table: final scores; the area under the curve (its mean height) over an equal rollout-token budget;
   the paired difference of that area to the baseline's (and to a method's like-for-like baseline, when the study
   names one), and of the areas against optimiser steps; the paired difference of the final largest pass@k; the
   share of the oracle's gain (`credo.study.curves.share_of_gain`); rollout tokens needed to reach the baseline's
   final score; blame precision (`credo.diagnostics`); unstable runs (collapsed curves, exploded gradient norms); cost;
-- findings in plain words, derived from the table (better / worse / not distinguishable from the baseline);
+- findings in plain words, derived from the table (`verdict`: beats / falls behind / not distinguishable from /
+  identical to the baseline);
 - a credit heatmap page (`credit_<difficulty>.html`, `credo.study.heatmap`; its records beside it in
   `credit_<difficulty>.jsonl`).
 Written as `report.md` (and `report.html` on request) with `report.json` holding the same numbers and the
@@ -28,7 +30,16 @@ from pathlib import Path
 import yaml
 
 from credo.io import iter_jsonl, write_text_atomic
-from credo.plots import family_key, fitted_range, legend_below, legend_rows, method_styles, save_figure
+from credo.plots import (
+    FAMILY_COLOURS,
+    family_key,
+    fitted_range,
+    legend_below,
+    legend_rows,
+    method_family,
+    method_styles,
+    save_figure,
+)
 from credo.study.curves import Curve, Estimate, Share, area, first_crossing, mean_curve, mean_interval, share_of_gain
 from credo.study.document import Block, Bullets, Code, Heading, Image, Paragraph, Table, to_html, to_markdown
 from credo.study.grid import STUDY_FILE, ReportConfig, run_path
@@ -432,6 +443,33 @@ def plot_curves(curves: dict[str, dict[str, dict]], metric: str, path: Path, tit
     return save_figure(fig, path)
 
 
+FAMILY_FIGURES_ABOVE = 10
+"""A difficulty with more methods than this also draws its headline curves family by family: one figure of every
+method cannot be read."""
+
+
+def family_figures(methods: list[str], report: ReportConfig) -> dict[str, list[str]]:
+    """The methods of each family's figure, family by family (`credo.plots.FAMILY_COLOURS`' order, labels of no
+    registered method last as "other"): the family's methods with their like-for-like baselines, the baseline and
+    the oracle, in the given order. None when there are `FAMILY_FIGURES_ABOVE` methods or fewer.
+
+    >>> report = ReportConfig(like_for_like={"s_trace": "grpo_4mb"})
+    >>> family_figures(["grpo", "grpo_4mb", "s_trace", "srpo", "oracle_blame"] + [f"x{i}" for i in range(7)], report)["trace"]
+    ['grpo', 'grpo_4mb', 's_trace', 'oracle_blame']
+    """
+    if len(methods) <= FAMILY_FIGURES_ABOVE:
+        return {}
+    anchors = {report.baseline, report.oracle} - {None}
+    families = {m: method_family(m) or "other" for m in methods if m not in anchors}
+    rank = {family: i for i, family in enumerate(FAMILY_COLOURS)}
+    figures = {}
+    for family in sorted(set(families.values()), key=lambda f: rank.get(f, len(rank))):
+        members = {m for m, f in families.items() if f == family}
+        members |= {report.like_for_like[m] for m in members if m in report.like_for_like} | anchors
+        figures[family] = [m for m in methods if m in members]
+    return figures
+
+
 def plot_differences(result: DifficultyResult, baseline: str, path: Path, title: str) -> Path | None:
     """A forest plot: each method's paired difference of the area to the baseline's, with its 95% interval, coloured
     by its `verdict` (blue: beats, vermillion: falls behind, grey: the rest)."""
@@ -600,6 +638,9 @@ def write_report(directory: str | Path, output: str | Path | None = None, *, htm
             else:
                 continue
             blocks.append(Image(name, f"{metric} against steps, rollout tokens and wall time"))
+            if saved.curves is not None and metric == report.metric:
+                blocks += family_curves(saved.curves[metric], metric, report, out, name,
+                                        f"{study['name']} · {difficulty}", result.budget)
         if kept:
             blocks.insert(len(blocks) - len(kept), Paragraph(
                 "The curves below are as an earlier version of the report drew them: this report's `report.json` "
@@ -619,6 +660,19 @@ def write_report(directory: str | Path, output: str | Path | None = None, *, htm
     if html:
         write_text_atomic(out / "report.html", to_html(blocks, f"credo study {study['name']}"))
     return out / "report.md"
+
+
+def family_curves(curves: dict[str, dict], metric: str, report: ReportConfig, out: Path, name: str, title: str,
+                  budget: float) -> list[Block]:
+    """The headline curves family by family (`family_figures`), each beside the baseline and the oracle: one figure
+    per family, `<name>_<family>.png`, and their images."""
+    blocks: list[Block] = []
+    for family, methods in family_figures(list(curves), report).items():
+        path = name.removesuffix(".png") + f"_{family}.png"
+        plot_curves({m: curves[m] for m in methods}, metric, out / path, f"{title} · {family} methods", budget=budget)
+        beside = " and ".join(f"`{m}`" for m in (report.baseline, report.oracle) if m in methods)
+        blocks.append(Image(path, f"{metric} of the {family} methods beside {beside}"))
+    return blocks
 
 
 def _keep(directory: Path, out: Path, name: str) -> bool:
