@@ -451,7 +451,7 @@ method cannot be read."""
 def family_figures(methods: list[str], report: ReportConfig) -> dict[str, list[str]]:
     """The methods of each family's figure, family by family (`credo.plots.FAMILY_COLOURS`' order, labels of no
     registered method last as "other"): the family's methods with their like-for-like baselines, the baseline and
-    the oracle, in the given order. None when there are `FAMILY_FIGURES_ABOVE` methods or fewer.
+    the oracle, in the given order. Empty when there are `FAMILY_FIGURES_ABOVE` methods or fewer.
 
     >>> report = ReportConfig(like_for_like={"s_trace": "grpo_4mb"})
     >>> family_figures(["grpo", "grpo_4mb", "s_trace", "srpo", "oracle_blame"] + [f"x{i}" for i in range(7)], report)["trace"]
