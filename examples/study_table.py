@@ -1,0 +1,78 @@
+"""The README's table of one study report: a row per method with every number the study compares.
+
+    python examples/study_table.py docs/results/credit-decisive runs/studies/credit-decisive
+
+reads the report folder's `report.json` and `study.yaml` (written by `credo report`) and prints, per difficulty, a
+Markdown table: seeds, final greedy pass@1 and area (mean ± 95% half-width), the paired differences of the area to the
+baseline's at equal rollout tokens, to the like-for-like baseline's and at equal optimiser steps, the share of the
+oracle's gain, the paired difference of the final pass@16, blame precision. With the study's runs folder as a second
+argument a last column gives the mean number of optimiser steps a run took (from each run's `summary.json`; the report
+does not keep it). `examples/study_verdicts.py` gives the verdicts of several reports side by side.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import yaml
+
+from credo.study.curves import Estimate, Share
+from credo.study.grid import ReportConfig
+from credo.study.report import MethodRow, results_from_json
+
+
+def interval(diff: Estimate | None) -> str:
+    """`+0.026 [+0.018, +0.034]`: a paired difference and its 95% interval; `–` where none was measured."""
+    if diff is None:
+        return "–"
+    if diff.low is None:
+        return f"{diff.mean:+.3f} (one seed)"
+    return f"{diff.mean:+.3f} [{diff.low:+.3f}, {diff.high:+.3f}]"
+
+
+def share_cell(share: Share | None) -> str:
+    if share is None or share.value is None:
+        return "–"
+    if share.low is None:
+        return f"{share.value:.2f} (unbounded)"
+    return f"{share.value:.2f} [{share.low:.2f}, {share.high:.2f}]"
+
+
+def mean_steps(runs: Path, difficulty: str, method: str) -> str:
+    steps = [json.loads(f.read_text())["steps"] for f in (runs / difficulty / method).glob("seed*/summary.json")]
+    return f"{statistics.mean(steps):.0f}" if steps else "–"
+
+
+def row(r: MethodRow, metric: str, steps: str | None) -> str:
+    like = "–" if r.auc_vs_like is None else f"{interval(r.auc_vs_like)} vs `{r.like_for_like}`"
+    precision = "–" if r.blame_precision is None else f"{r.blame_precision.mean:.2f}"
+    cells = [f"`{r.method}`", str(r.seeds), str(r.final[metric]), str(r.auc), interval(r.auc_vs_baseline), like,
+             interval(r.steps_auc_vs_baseline), share_cell(r.share), interval(r.final_vs_baseline.get("pass@16")),
+             precision] + ([] if steps is None else [steps])
+    return "| " + " | ".join(cells) + " |"
+
+
+def tables(folder: Path, runs: Path | None = None) -> str:
+    study = yaml.safe_load((folder / "study.yaml").read_text())
+    baseline = ReportConfig(**study.get("report", {})).baseline
+    header = ["method", "seeds", "final greedy", "area", f"Δ area vs {baseline}", "Δ vs like-for-like", "Δ at equal steps",
+              "share of oracle gain", "Δ pass@16", "blame precision"] + ([] if runs is None else ["steps"])
+    out = []
+    for difficulty, report in results_from_json(folder, study).items():
+        if report is None:
+            continue
+        lines = [f"### {study['name']} · {difficulty}", "", "| " + " | ".join(header) + " |",
+                 "|" + "---|" * len(header)]
+        lines += [row(r, report.result.metric, None if runs is None else mean_steps(runs, difficulty, r.method))
+                  for r in report.result.rows]
+        out.append("\n".join(lines))
+    return "\n\n".join(out)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) not in (2, 3):
+        sys.exit("usage: python examples/study_table.py REPORT_DIR [RUNS_DIR]")
+    print(tables(Path(sys.argv[1]), Path(sys.argv[2]) if len(sys.argv) == 3 else None))
