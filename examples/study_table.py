@@ -58,16 +58,17 @@ def row(r: MethodRow, metric: str, steps: str | None) -> str:
 def tables(folder: Path, runs: Path | None = None) -> str:
     study = yaml.safe_load((folder / "study.yaml").read_text())
     baseline = ReportConfig(**study.get("report", {})).baseline
-    header = ["method", "seeds", "final greedy", "area", f"Δ area vs {baseline}", "Δ vs like-for-like", "Δ at equal steps",
-              "share of oracle gain", "Δ pass@16", "blame precision"] + ([] if runs is None else ["steps"])
+    header = ["method", "seeds", "final greedy", "area", f"Δ area vs {baseline}", "Δ vs like-for-like",
+              "Δ at equal steps", "share of oracle gain", "Δ pass@16", "blame precision"]
+    header += [] if runs is None else ["steps"]
     out = []
     for difficulty, report in results_from_json(folder, study).items():
         if report is None:
             continue
         lines = [f"### {study['name']} · {difficulty}", "", "| " + " | ".join(header) + " |",
                  "|" + "---|" * len(header)]
-        lines += [row(r, report.result.metric, None if runs is None else mean_steps(runs, difficulty, r.method))
-                  for r in report.result.rows]
+        for r in report.result.rows:
+            lines.append(row(r, report.result.metric, None if runs is None else mean_steps(runs, difficulty, r.method)))
         out.append("\n".join(lines))
     return "\n\n".join(out)
 

@@ -1,13 +1,16 @@
 """One table of verdicts across study reports: each method against the baseline, per study and difficulty.
 
-    python examples/study_verdicts.py docs/results/credit-decisive docs/results/credit-nocancel docs/results/credit-hard
+    python examples/study_verdicts.py [--common] docs/results/credit-decisive docs/results/credit-nocancel \
+        docs/results/credit-hard
 
 reads each report folder's `report.json` and `study.yaml` (written by `credo report`; the runs are not needed) and
 prints a Markdown table with a row per method and a column per study and difficulty: the paired difference of the
 area to the baseline's, its 95% half-width and the report's verdict (`credo.study.report.verdict`: beats, falls
 behind, not distinguishable). Rows `method vs like` follow for the like-for-like pairs the studies name
 (`report.like_for_like`). The last row gives each column's *achieved minimum detectable effect*: the median
-half-width of the paired differences to the baseline among the methods run on every seed of the baseline.
+half-width of the paired differences to the baseline among the methods run on every seed of the baseline. With
+`--common` the table keeps only the rows every column has a number for (the methods and pairs all studies ran); the
+achieved MDE still counts every method of each column.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ def achieved_mde(baseline: str, rows: list[MethodRow]) -> float | None:
     return statistics.median(widths) if widths else None
 
 
-def table(folders: list[Path]) -> str:
+def table(folders: list[Path], common: bool = False) -> str:
     found = columns(folders)
     names = list(found)
     methods = list(dict.fromkeys(r.method for _, rows in found.values() for r in rows))
@@ -61,11 +64,15 @@ def table(folders: list[Path]) -> str:
         if all(by_column[n].get(method) is None or by_column[n][method].auc_vs_baseline is None for n in names):
             continue
         cells = [cell(by_column[n][method].auc_vs_baseline if method in by_column[n] else None) for n in names]
+        if common and "–" in cells:
+            continue
         lines.append(f"| `{method}` | " + " | ".join(cells) + " |")
     pairs = dict.fromkeys((r.method, r.like_for_like) for _, rows in found.values() for r in rows if r.like_for_like)
     for method, like in pairs:
         cells = [cell(by_column[n][method].auc_vs_like if method in by_column[n] and
                       by_column[n][method].like_for_like == like else None) for n in names]
+        if common and "–" in cells:
+            continue
         lines.append(f"| `{method}` vs `{like}` | " + " | ".join(cells) + " |")
     mde = [achieved_mde(*found[n]) for n in names]
     lines.append("| achieved MDE (median half-width) | " + " | ".join("–" if m is None else f"{m:.3f}" for m in mde) + " |")
@@ -73,6 +80,9 @@ def table(folders: list[Path]) -> str:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        sys.exit("usage: python examples/study_verdicts.py REPORT_DIR [REPORT_DIR...]")
-    print(table([Path(a) for a in sys.argv[1:]]))
+    arguments = sys.argv[1:]
+    common = "--common" in arguments
+    folders = [Path(a) for a in arguments if a != "--common"]
+    if not folders:
+        sys.exit("usage: python examples/study_verdicts.py [--common] REPORT_DIR [REPORT_DIR...]")
+    print(table(folders, common))

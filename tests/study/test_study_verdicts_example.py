@@ -69,3 +69,15 @@ def test_the_achieved_mde_is_the_median_half_width_at_the_baselines_seeds():
     rows = [row("grpo", 12), row("a", 12, 0.02), row("b", 12, 0.04), row("c", 12, 0.03), row("d", 6, 0.5)]
     assert verdicts.achieved_mde("grpo", rows) == pytest.approx(0.03)  # d, on fewer seeds, is left out
     assert verdicts.achieved_mde("grpo", rows[:1]) is None
+
+
+def test_common_keeps_the_rows_every_report_has(tmp_path):
+    """`worse` and the pair `better` vs `worse` are only in the first report: `--common` drops their rows, not the
+    methods both ran, and the MDE row stays."""
+    verdicts = load_example("study_verdicts")
+    first = written_report(tmp_path / "a", "first", like_for_like={"better": "worse"})
+    second = written_report(tmp_path / "b", "second", skip=("worse",))
+    text = verdicts.table([first, second], common=True)
+    rows = [line.split(" | ")[0].removeprefix("| ") for line in text.splitlines()[2:]]
+    assert rows == ["`better`", "`oracle_blame`", "achieved MDE (median half-width)"]
+    assert len(verdicts.table([first, second]).splitlines()) == len(rows) + 4  # without it: `worse` and the pair
