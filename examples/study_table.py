@@ -21,16 +21,17 @@ import yaml
 
 from credo.study.curves import Estimate, Share
 from credo.study.grid import ReportConfig
-from credo.study.report import MethodRow, results_from_json
+from credo.study.report import MethodRow, bracketed, results_from_json
 
 
 def interval(diff: Estimate | None) -> str:
-    """`+0.026 [+0.018, +0.034]`: a paired difference and its 95% interval; `–` where none was measured."""
+    """The report's cell for a paired difference (`credo.study.report.bracketed`: `+0.026 [+0.018, +0.034]`), `–`
+    where none was measured and `(one seed)` where no interval exists."""
     if diff is None:
         return "–"
     if diff.low is None:
         return f"{diff.mean:+.3f} (one seed)"
-    return f"{diff.mean:+.3f} [{diff.low:+.3f}, {diff.high:+.3f}]"
+    return bracketed(diff)
 
 
 def share_cell(share: Share | None) -> str:

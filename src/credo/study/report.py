@@ -318,7 +318,7 @@ def _verdict(diff: Estimate) -> str:
             "identical": "is identical on every seed to"}.get(said, said)
 
 
-def _bracketed(e: Estimate) -> str:
+def bracketed(e: Estimate) -> str:
     """A paired difference as a table cell: `+0.024 [-0.018, +0.065]` (the 95% interval in brackets)."""
     if e.low is None:
         return f"{e.mean:+.3f}"
@@ -340,16 +340,16 @@ def table(result: DifficultyResult, report: ReportConfig) -> Table:
         ("seeds", lambda r: str(r.seeds)),
         *((f"final {k}", lambda r, k=k: str(r.final[k]) if k in r.final else "–") for k in finals),
         (f"area ≤{_tokens(result.budget)} tok", lambda r: str(r.auc)),
-        (f"Δ area vs {report.baseline}", lambda r: _bracketed(r.auc_vs_baseline) if r.auc_vs_baseline else "–"),
+        (f"Δ area vs {report.baseline}", lambda r: bracketed(r.auc_vs_baseline) if r.auc_vs_baseline else "–"),
         (f"Δ area vs {report.baseline} at equal steps",
-         lambda r: _bracketed(r.steps_auc_vs_baseline) if r.steps_auc_vs_baseline else "–"),
+         lambda r: bracketed(r.steps_auc_vs_baseline) if r.steps_auc_vs_baseline else "–"),
     ]
     if report.like_for_like:
         columns.append(("Δ area vs like-for-like",
-                        lambda r: f"{_bracketed(r.auc_vs_like)} vs `{r.like_for_like}`" if r.auc_vs_like else "–"))
+                        lambda r: f"{bracketed(r.auc_vs_like)} vs `{r.like_for_like}`" if r.auc_vs_like else "–"))
     if largest:
         columns.append((f"Δ final {largest} vs {report.baseline}",
-                        lambda r: _bracketed(r.final_vs_baseline[largest]) if largest in r.final_vs_baseline
+                        lambda r: bracketed(r.final_vs_baseline[largest]) if largest in r.final_vs_baseline
                         else "–"))
     if report.oracle:
         columns.append((f"share of {report.oracle} gain", lambda r: str(r.share) if r.share else "–"))
