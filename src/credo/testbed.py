@@ -31,16 +31,19 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from credo.io import atomic_directory, cache_root
 from credo.rollout.localise import TESTBED_PROMPT, TESTBED_STEP_FORMAT, localisation_prompt
-from credo.rollout.revise import TESTBED_REVISE_PROMPT, TESTBED_REVISE_REWRITE, revision_prompt
+from credo.rollout.revise import (
+    TESTBED_REVISE_PROMPT,
+    TESTBED_REVISE_REWRITE,
+    TESTBED_WORKED_REVISE_REWRITE,
+    revision_prompt,
+)
 from credo.schedules import warmup_cosine
 from credo.tasks.arith import (
     ArithConfig,
     ArithTask,
     first_wrong_value,
-    noisy_solution,
     noisy_value,
     noisy_values,
-    trace,
 )
 from credo.tasks.base import THOUGHT_END
 
@@ -146,7 +149,9 @@ class TestbedConfig(BaseModel):
         return hashlib.sha256(f"{TESTBED_FORMAT}:{self.model_dump_json(exclude=exclude)}".encode()).hexdigest()[:12]
 
 
-ADDED_LATER: dict[str, dict[str, object]] = {"task": {"max_misconception_steps": None, "invertible_steps": False}}
+ADDED_LATER: dict[str, dict[str, object]] = {
+    "task": {"max_misconception_steps": None, "invertible_steps": False, "worked": False, "p_check": 0.0},
+}
 """Options added to the config after `TESTBED_FORMAT` was set, with their defaults: at the default, an option is
 the SFT that existed before it, so `digest` leaves it out. A new option of the SFT's config belongs here (with
 its default), or else every model's cache name and shipped folder changes; `tests/test_shipped_testbed.py` pins
@@ -211,7 +216,7 @@ def sft_examples(config: TestbedConfig, task: ArithTask, tokenizer, rng: random.
         elif job < config.localisation.share + config.revision.share:
             prompt, answer = revision_example(config.revision, task, chain, rng)
         else:
-            prompt, answer = chain.prompt, noisy_solution(chain, task.config.noise, rng)[0]
+            prompt, answer = chain.prompt, task.write(chain, noisy_values(chain, task.config.noise, rng), rng)
         prompt_texts.append(chat_prompt(tokenizer, prompt))
         responses.append(answer + END)
     prompts = tokenizer(prompt_texts, add_special_tokens=False)["input_ids"]
@@ -222,7 +227,7 @@ def sft_examples(config: TestbedConfig, task: ArithTask, tokenizer, rng: random.
 def localisation_example(job: LocalisationJob, task: ArithTask, chain, rng: random.Random) -> tuple[str, str]:
     """A failed noisy trace of `chain` in the localiser prompt, and the (noisy) boxed first wrong thought."""
     values, wrong = failed_values(task, chain, rng)
-    text = trace(chain, values)
+    text = task.write(chain, values, rng)
     thoughts = [t + THOUGHT_END for t in text.split(THOUGHT_END)[:-1]] + [text.split(THOUGHT_END)[-1]]
     n, k = len(thoughts), wrong + 1
     draw = rng.random()
@@ -258,9 +263,10 @@ def revision_example(job: RevisionJob, task: ArithTask, chain, rng: random.Rando
         op, b = chain.steps[i]
         written = reference[i] if i < copy_until else noisy_value(op, written, b, noise, rng)
         revised.append(written)
-    prompt = revision_prompt(chain.prompt, trace(chain, attempt), trace(chain, reference), TESTBED_REVISE_PROMPT,
-                             [TESTBED_REVISE_REWRITE])
-    return prompt, trace(chain, revised)
+    rewrite = TESTBED_WORKED_REVISE_REWRITE if task.config.worked else TESTBED_REVISE_REWRITE
+    prompt = revision_prompt(chain.prompt, task.write(chain, attempt, rng), task.write(chain, reference, rng),
+                             TESTBED_REVISE_PROMPT, [rewrite])
+    return prompt, task.write(chain, revised, rng)
 
 
 def sft_batches(examples: list[tuple[list[int], list[int]]], parts: int, pad: int) -> list[dict[str, torch.Tensor]]:

@@ -17,9 +17,14 @@ from credo.tasks.arith import (
     Chain,
     Noise,
     cancelling_offsets,
+    first_wrong_value,
     misconception_of,
     noisy_solution,
+    noisy_values,
+    read_thought,
     solution,
+    trace,
+    worked_thought,
 )
 from credo.tasks.base import THOUGHT_END
 
@@ -519,3 +524,98 @@ def test_offsets_that_may_not_cancel_are_checked_against_the_longest_chain():
     with pytest.raises(ValueError, match=r"carry \+ borrow can cancel within 6 steps"):
         ArithConfig(noise={"misconceptions": {"carry": -10, "borrow": 10}, "offsets_may_cancel": False})
     ArithConfig(noise={"misconceptions": {"carry": -10, "borrow": 10}})  # allowed by default (the round-3 regime)
+
+
+# ------------------------------------------------------------------------------------------ worked thoughts
+
+
+def ref_columns(op: str, a: int, b: int, carry_error: int = 0) -> tuple[str, str]:
+    """Loop reference of the work of `a op b`, schoolbook digit by digit: the units column, and the tens column taking
+    the schoolbook carry (`+`, `*`) or borrow (`-`) plus `carry_error`."""
+    tens, units = a // 10, a % 10
+    if op == "+":
+        carry = (1 if units + b >= 10 else 0) + carry_error
+        return f"{units}+{b}={units + b}", f"{tens}+{carry}={tens + carry}"
+    if op == "-":
+        borrow = (1 if units < b else 0) + carry_error
+        column = f"1{units}-{b}={10 + units - b}" if units < b else f"{units}-{b}={units - b}"
+        return column, f"1{tens}-{borrow}={10 + tens - borrow}" if tens < borrow else f"{tens}-{borrow}={tens - borrow}"
+    carry = units * b // 10 + carry_error
+    return f"{units}*{b}={units * b}", f"{tens}*{b}+{carry}={tens * b + carry}"
+
+
+def test_worked_thoughts_are_schoolbook_columns_and_a_misconception_is_one_carry_digit():
+    """Every step a op b (a in 0..99): the right value's work is the schoolbook units and tens columns; each
+    misconception's value writes the same units column and a tens column whose carry is off by one (carry -10 drops
+    it, borrow +10 forgets it, mul7 +10 carries one more); the checker reads every thought back."""
+    error = {"carry": -1, "borrow": -1, "mul7": +1}
+    for op in "+-*":
+        for a in range(100):
+            for b in range(1, 10):
+                right = ref_apply(op, a, b)
+                text = worked_thought("c", op, a, b, right)
+                assert text == "|".join([f"c{op}{b}", f"{a:02d}{op}{b}", *ref_columns(op, a, b), f"={right:02d}"]) \
+                    + THOUGHT_END
+                assert read_thought(text.removesuffix(THOUGHT_END), True) == ("c", op, b, right)
+                kind = ref_misconception(op, a, b, ALL3)
+                if kind is not None:
+                    wrong = (right + ALL3[kind]) % 100
+                    assert worked_thought("c", op, a, b, wrong) == "|".join(
+                        [f"c{op}{b}", f"{a:02d}{op}{b}", *ref_columns(op, a, b, error[kind]), f"={wrong:02d}"]
+                    ) + THOUGHT_END
+
+
+def test_worked_chains_label_their_steps_and_the_checker_reads_them():
+    task = ArithTask(ArithConfig(worked=True, min_steps=3, max_steps=3, noise=Noise(misconceptions=ALL3)))
+    chain = Chain(37, (("+", 5), ("*", 7), ("-", 9)), worked=True)
+    assert chain.prompt == "37a+5b*7c-9?"
+    right = task.write(chain, chain.values(), random.Random(0))
+    assert right.startswith("a+5|37+5|7+5=12|3+1=4|=42") and right.endswith("\\boxed{85}")
+    assert task.verify(task.problem(chain), right).correct
+    assert task.first_wrong_step(chain, right) == (None, None)
+    dropped = trace(chain, [32, 24, 15])  # the carry dropped at a, the rest right from the written 32
+    assert task.first_wrong_step(chain, dropped) == (0, "carry")
+    relabelled = right.replace("b*7|", "c*7|", 1)
+    assert task.first_wrong_step(chain, relabelled) == (1, "format")
+    assert next(task.train_problems(0)).prompt[2] == "a"
+
+
+def test_worked_checker_agrees_with_the_noise_models_first_wrong_step():
+    task = ArithTask(ArithConfig(worked=True, max_steps=12, p_check=0.5, noise=Noise(misconceptions=ALL3, p_slip=0.2)))
+    rng = random.Random(3)
+    for _ in range(300):
+        chain = task.random_chain(rng, rng.randint(1, 12))
+        values = noisy_values(chain, task.config.noise, rng)
+        text = task.write(chain, values, rng)
+        assert task.first_wrong_step(chain, text)[0] == first_wrong_value(chain, values)
+        assert task.verify(task.problem(chain), text).correct == (values[-1] == chain.values()[-1])
+
+
+def test_checks_follow_p_check_and_compact_chains_draw_nothing():
+    task = ArithTask(ArithConfig(worked=True, max_steps=12, p_check=0.3))
+    rng = random.Random(0)
+    chain = task.random_chain(rng, 12)
+    checks = sum(task.write(chain, chain.values(), rng).count("|chk ") for _ in range(500))
+    assert abs(checks / (500 * 12) - 0.3) < 0.03  # binomial sd 0.006
+    compact = ArithTask()
+    rng = random.Random(0)
+    state = rng.getstate()
+    compact.write(Chain(7, (("+", 5),)), [12], rng)
+    assert rng.getstate() == state  # the shipped compact models' SFT streams are unchanged
+
+
+def test_worked_config_errors():
+    with pytest.raises(ValidationError, match="p_check = 0.5 needs worked: true"):
+        ArithConfig(p_check=0.5)
+    with pytest.raises(ValidationError, match="at most 12 steps, but max_steps / eval_steps reach 13"):
+        ArithConfig(worked=True, max_steps=12, eval_steps=(13,))
+
+
+def test_worked_revision_rewrite_shows_values_only():
+    from credo.rollout.revise import TESTBED_WORKED_REVISE_REWRITE, revision_prompt
+
+    chain = Chain(37, (("+", 5), ("*", 7)), worked=True)
+    attempt = trace(chain, [42, 94], [True, False])
+    assert revision_prompt(chain.prompt, attempt, attempt, "{attempt}|{reference}|{problem}",
+                           [TESTBED_WORKED_REVISE_REWRITE]) == "42</thought>94</thought>\\boxed{94}|" \
+        "42</thought>94</thought>\\boxed{94}|37a+5b*7?"

@@ -30,6 +30,11 @@ TESTBED_REVISE_REWRITE = (r"[-+*]\d=", "")
 the attempts' operations became a second place to copy operations from, and SFT builds that learned the
 revision job miscopied an operation of 4- or 6-step chains (greedy pass@1 0.04-0.07 instead of 0.3-0.4)."""
 
+TESTBED_WORKED_REVISE_REWRITE = (r"[a-l][-+*]\d\|[^|<]*\|[^|<]*\|[^|<]*\|=(\d\d)(?:\|chk [^|<]*)?", r"\1")
+"""`TESTBED_REVISE_REWRITE` for worked thoughts (`arith`'s `worked: true`): each thought shown by its written value
+(`a+5|37+5|7+5=12|3+1=4|=42</thought>` becomes `42</thought>`). Its parts exclude `|` and `<`, so a match cannot run
+past its thought and the rewrite takes linear time on any text."""
+
 FIELDS = ("problem", "attempt", "reference")
 
 

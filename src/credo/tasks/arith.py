@@ -9,6 +9,19 @@ One operation per thought: the operator, the operand, `=`, and the two-digit val
 from the value the previous thought *wrote*, so an early error propagates like a real reasoning error,
 and the step checker knows the first wrong thought of every response.
 
+With `worked: true` (the long-horizon regime) the prompt labels its steps a, b, c, ... and each thought names
+its step and writes its work out column by column before its value, and with probability `p_check` restates the
+step as a check (`worked_thought`):
+
+    prompt    "37a+5b*7?"
+    thought   "a+5|37+5|7+5=12|3+1=4|=42|chk 37+5=42</thought>"
+
+the step's label and operation, the value it continues from and the operation again, the units column, the tens
+column with the carry (or borrow) it took, the value, and the optional check: 21-34 tokens a thought instead of 6,
+and a length that varies within a group. A misconception is then one written digit, the carry the tens column
+takes, and the rest of the thought follows from it. The labels let a small model find a step's operation by its
+name instead of counting thoughts of varying length.
+
 The noise model (`Noise`) makes the starting policy (see `credo.testbed`) wrong in a way RL can fix:
 *misconceptions* are step types that get one consistent wrong value with probability `p_misc`
 (`carry`: an addition whose units digits carry drops the carry, -10; `borrow`: a subtraction that
@@ -26,7 +39,7 @@ import math
 import random
 import re
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -99,14 +112,21 @@ def misconception_of(op: str, a: int, b: int, active: dict[str, int]) -> str | N
     return None
 
 
+STEP_LABELS = "abcdefghijkl"
+"""The labels of a worked chain's steps, in order (so a worked chain has at most 12 steps)."""
+
+
 @dataclass(frozen=True)
 class Chain:
     start: int
     steps: tuple[tuple[str, int], ...]
+    worked: bool = False
+    """Solved with worked thoughts (`worked_thought`): the prompt labels each step for the thoughts to name."""
 
     @property
     def prompt(self) -> str:
-        return f"{self.start:02d}" + "".join(f"{op}{b}" for op, b in self.steps) + "?"
+        labels = STEP_LABELS if self.worked else [""] * len(self.steps)
+        return f"{self.start:02d}" + "".join(f"{label}{op}{b}" for label, (op, b) in zip(labels, self.steps)) + "?"
 
     def values(self) -> list[int]:
         """The correct value after each step."""
@@ -133,13 +153,50 @@ def format_answer(value: int) -> str:
     return f"{BOXED}{value:02d}}}"
 
 
+def worked_thought(label: str, op: str, a: int, b: int, value: int, check: bool = False) -> str:
+    """The thought of step `label` that applies `op b` to the written value `a` and writes `value`, its work written
+    out: the units column, then the tens column with the carry (`+`, `*`) or borrow (`-`) that makes its digit
+    `value`'s, so a misconception's wrong value (carry -10, borrow +10, mul7 +10) shows as a wrong carry: the decision
+    is one digit. A random slip, which may change the units digit too, writes the right units column and its wrong
+    value. With `check`, the thought restates the step it wrote.
+
+    >>> worked_thought("a", "+", 37, 5, 42), worked_thought("a", "+", 37, 5, 32)  # right; the carry dropped
+    ('a+5|37+5|7+5=12|3+1=4|=42</thought>', 'a+5|37+5|7+5=12|3+0=3|=32</thought>')
+    >>> worked_thought("b", "-", 32, 5, 27, check=True), worked_thought("c", "*", 37, 7, 69)  # borrow; mul7's carry
+    ('b-5|32-5|12-5=7|3-1=2|=27|chk 32-5=27</thought>', 'c*7|37*7|7*7=49|3*7+5=26|=69</thought>')
+    """
+    tens, units = divmod(a, 10)
+    written = value // 10
+    if op == "+":
+        carry = (written - tens) % 10
+        work = f"{units}+{b}={units + b}|{tens}+{carry}={tens + carry}"
+    elif op == "-":
+        borrowed = 10 * (units < b)
+        taken = (tens - written) % 10
+        lent = 10 * (tens < taken)
+        work = f"{units + borrowed}-{b}={units + borrowed - b}|{tens + lent}-{taken}={tens + lent - taken}"
+    else:
+        carry = units * b // 10 + (written - tens * b - units * b // 10) % 10
+        work = f"{units}*{b}={units * b}|{tens}*{b}+{carry}={tens * b + carry}"
+    text = f"{label}{op}{b}|{a:02d}{op}{b}|{work}|={value:02d}"
+    return text + (f"|chk {a:02d}{op}{b}={value:02d}" if check else "") + THOUGHT_END
+
+
 def solution(chain: Chain) -> str:
     return trace(chain, chain.values())
 
 
-def trace(chain: Chain, values: list[int]) -> str:
-    """The solution text that writes `values` (one per step) and boxes the last."""
-    return "".join(format_step(op, b, v) for (op, b), v in zip(chain.steps, values)) + format_answer(values[-1])
+def trace(chain: Chain, values: list[int], checks: Sequence[bool] = ()) -> str:
+    """The solution text that writes `values` (one per step) and boxes the last: compact thoughts, or for a worked
+    chain worked ones (`worked_thought`), each ending with a check where `checks` (one flag per step) says so."""
+    if not chain.worked:
+        thoughts = [format_step(op, b, v) for (op, b), v in zip(chain.steps, values)]
+    else:
+        previous = [chain.start, *values[:-1]]
+        flags = list(checks) or [False] * len(values)
+        thoughts = [worked_thought(label, op, a, b, v, check)
+                    for label, (op, b), a, v, check in zip(STEP_LABELS, chain.steps, previous, values, flags)]
+    return "".join(thoughts) + format_answer(values[-1])
 
 
 def noisy_values(chain: Chain, noise: Noise, rng: random.Random) -> list[int]:
@@ -179,6 +236,33 @@ def noisy_value(op: str, a: int, b: int, noise: Noise, rng: random.Random) -> in
 
 _STEP = re.compile(r"^([+\-*])(\d)=(\d\d)$")
 _ANSWER = re.compile(r"\\boxed\{(\d+)\}")
+_WORKED_HEAD = re.compile(r"^([a-l])([+\-*])(\d)$")
+_WORKED_VALUE = re.compile(r"^=(\d\d)$")
+WORKED_PARTS = 5
+"""A worked thought's `|`-separated parts before its optional check: step, restated step, units, tens, value."""
+
+
+def read_thought(thought: str, worked: bool) -> tuple[str, str, int, int] | None:
+    """The label (empty for a compact thought), operation, operand and written value of one thought (its text
+    before `</thought>`), or None if it is malformed. A worked thought is read by its step and its value; its work
+    is not judged (the value is).
+
+    >>> read_thought("+5=42", False), read_thought("a+5|37+5|7+5=12|3+1=4|=42|chk 37+5=42", True)
+    (('', '+', 5, 42), ('a', '+', 5, 42))
+    >>> read_thought("a+5|37+5|=42", True) is None
+    True
+    """
+    if not worked:
+        match = _STEP.match(thought)
+        return None if match is None else ("", match.group(1), int(match.group(2)), int(match.group(3)))
+    parts = thought.split("|")
+    if len(parts) == WORKED_PARTS + 1 and parts[-1].startswith("chk "):
+        parts.pop()
+    head = _WORKED_HEAD.match(parts[0])
+    value = _WORKED_VALUE.match(parts[-1])
+    if len(parts) != WORKED_PARTS or head is None or value is None:
+        return None
+    return head.group(1), head.group(2), int(head.group(3)), int(value.group(1))
 
 
 class ArithConfig(RewardOptions):
@@ -188,9 +272,9 @@ class ArithConfig(RewardOptions):
 
     name: str = "arith"
     """The task's name in `task.name`: "arith"."""
-    min_steps: int = Field(2, ge=1, le=12)
+    min_steps: int = Field(2, ge=1, le=len(STEP_LABELS))
     """Fewest operations in a training chain."""
-    max_steps: int = Field(6, ge=1, le=12)
+    max_steps: int = Field(6, ge=1, le=len(STEP_LABELS))
     """Most operations in a training chain."""
     operand_max: int = Field(9, ge=1, le=9)
     """Operands are drawn from 1 .. operand_max (one digit)."""
@@ -204,6 +288,13 @@ class ArithConfig(RewardOptions):
     """Training (and eval) chains need at least this many steps of an active misconception type."""
     max_misconception_steps: int | None = Field(None, ge=0)
     """Training (and eval) chains hold at most this many steps of an active misconception type (None: any)."""
+    worked: bool = False
+    """Prompts label their steps (`37a+5b*7?`) and thoughts write their work out (`worked_thought`: the step, the
+    units and tens columns, the carry taken, the value) instead of the compact `+5=42`: 21-34 tokens a thought
+    instead of 6 (the long-horizon regime). The step checker reads this form; the testbed model's SFT writes it."""
+    p_check: float = Field(0.0, ge=0.0, le=1.0)
+    """With `worked`, the probability that a thought of the SFT traces ends with a check restating its step
+    (`|chk 37+5=42`): a choice of length that does not change the answer, so lengths vary within a group."""
     invertible_steps: bool = False
     """Multiply only by operands coprime to 100 (1, 3, 7, 9), so that no later step can remove an error.
 
@@ -235,6 +326,11 @@ class ArithConfig(RewardOptions):
         if self.invertible_steps and not any(math.gcd(b, MODULUS) == 1 for b in range(2, self.operand_max + 1)):
             raise ValueError(f"invertible_steps with operand_max = {self.operand_max} leaves only x 1 to multiply by; "
                              "raise operand_max to 3 or more")
+        if self.worked and longest > len(STEP_LABELS):
+            raise ValueError(f"worked chains label their steps {STEP_LABELS[0]}..{STEP_LABELS[-1]}: at most "
+                             f"{len(STEP_LABELS)} steps, but max_steps / eval_steps reach {longest}")
+        if self.p_check and not self.worked:
+            raise ValueError(f"p_check = {self.p_check} needs worked: true (a compact thought has no check)")
         if self.min_misconception_steps and not self.noise.misconceptions:
             raise ValueError("min_misconception_steps > 0 needs at least one misconception in noise.misconceptions")
         return self
@@ -277,6 +373,13 @@ class ArithTask(RewardedTask):
         self.custom_reward = CustomReward.of(self.config)
 
     # ---------------------------------------------------------------------------------- problems
+    def write(self, chain: Chain, values: list[int], rng: random.Random) -> str:
+        """The solution text that writes `values` in the task's form (`trace`); worked thoughts take their checks
+        from `rng` with probability `p_check` (compact ones draw nothing from it)."""
+        if not self.config.worked:
+            return trace(chain, values)
+        return trace(chain, values, [rng.random() < self.config.p_check for _ in values])
+
     def random_chain(self, rng: random.Random, steps: int) -> Chain:
         ops = list(OPS)
         operands = range(1, self.config.operand_max + 1)
@@ -286,7 +389,8 @@ class ArithTask(RewardedTask):
             op = rng.choice(ops)
             return op, rng.choice(factors) if op == "*" else rng.choice(operands)
 
-        return Chain(start=rng.randint(1, self.config.start_max), steps=tuple(step() for _ in range(steps)))
+        return Chain(start=rng.randint(1, self.config.start_max), steps=tuple(step() for _ in range(steps)),
+                     worked=self.config.worked)
 
     def _chains(self, rng: random.Random, steps: Callable[[], int], held_out: bool) -> Iterator[Chain]:
         """Chains of the split that pass the misconception filter (an error if the filter starves)."""
@@ -364,11 +468,11 @@ class ArithTask(RewardedTask):
         thoughts = response.split(THOUGHT_END)
         written = chain.start
         for i, (op, b) in enumerate(chain.steps):
-            match = _STEP.match(thoughts[i]) if i < len(thoughts) - 1 else None
-            if match is None or match.group(1) != op or int(match.group(2)) != b:
+            read = read_thought(thoughts[i], chain.worked) if i < len(thoughts) - 1 else None
+            if read is None or read[1:3] != (op, b) or (chain.worked and read[0] != STEP_LABELS[i]):
                 yield i, "format"
                 return
-            value, right = int(match.group(3)), OPS[op](written, b)
+            value, right = read[3], OPS[op](written, b)
             if value != right:
                 kind = misconception_of(op, written, b, self.config.noise.misconceptions)
                 offset = self.config.noise.misconceptions.get(kind, 0) if kind else 0
