@@ -235,6 +235,18 @@ def test_non_finite_and_out_of_range_hyperparameters_name_the_key(override, line
     assert f"  {line}" in message.splitlines(), message
 
 
+@pytest.mark.parametrize("value", ["0", "-5"])
+def test_token_checkpoints_need_a_positive_spacing(value):
+    message = config_error([f"train.eval_every_tokens={value}"])
+    assert "  train.eval_every_tokens: Input should be greater than or equal to 1" in message.splitlines(), message
+
+
+def test_token_checkpoints_default_off_and_may_be_set_without_dividing_the_budget():
+    assert load_config(None).train.eval_every_tokens is None
+    config = load_config(None, ["train.eval_every_tokens=20000", "train.rollout_tokens=50000"])
+    assert (config.train.eval_every_tokens, config.train.rollout_tokens) == (20000, 50000)
+
+
 def test_warmup_may_fill_the_run():
     assert load_config(None, ["train.steps=10", "optim.epochs=2", "optim.warmup_steps=20"]).optim.warmup_steps == 20
 
@@ -385,6 +397,16 @@ def test_resume_refuses_what_shaped_the_trained_steps_naming_each_key(tmp_path):
     assert "optim.lr (2e-05 -> 0.0005: the checkpoint's optimiser and schedule state were built with it)" in message
     assert "train.seed (0 -> 1: the data order and random state follow the seed)" in message
     assert "train.steps (" not in message and "may change only train.steps, train.eval_every" in message
+
+
+def test_resume_refuses_other_token_checkpoints(tmp_path):
+    # the checkpoints already evaluated are multiples of the recorded spacing: a resumed run keeps it
+    recorded = tmp_path / "config.yaml"
+    recorded.write_text(dump(load_config(None, ["train.eval_every_tokens=1000"])))
+    check_resume(recorded, load_config(recorded, ["train.rollout_tokens=5000"]))
+    for change in ("train.eval_every_tokens=500", "train.eval_every_tokens=null"):
+        with pytest.raises(ConfigError, match=r"train\.eval_every_tokens \(1000 -> (500|None): the token checkpoints"):
+            check_resume(recorded, load_config(recorded, [change]))
 
 
 def test_an_override_fills_a_section_that_a_dumped_config_left_null(tmp_path):

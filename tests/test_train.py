@@ -56,19 +56,15 @@ def test_every_testbed_config_trains(tmp_path, config_path):
     assert AutoModelForCausalLM.from_pretrained(run_dir / "model") is not None
 
 
-@pytest.mark.parametrize("method", ["grpo", "rrpo", "ibpo"])  # rrpo's localiser, ibpo's references: Python's RNG
-def test_resume_after_sigkill_matches_uninterrupted_run(tmp_path, method):
-    settings = TINY + ["train.steps=12", "train.checkpoint_every=3", "train.eval_every=4", "optim.minibatches=2",
-                       f"method={method}"]
-    straight, straight_dir = run(tmp_path, None, settings[len(TINY):], name="straight")
-    killed_dir = tmp_path / "killed"
+def kill_training_after(settings: list[str], killed_dir: Path, step: int) -> None:
+    """Train with `settings` in a subprocess and SIGKILL it once metrics.jsonl holds `step`'s record."""
     command = [sys.executable, "-m", "credo", "train", "--output", str(killed_dir)]
     for item in settings:
         command += ["--set", item]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=os.environ.copy())
     deadline = time.time() + 120
     metrics = killed_dir / "metrics.jsonl"
-    while not (metrics.exists() and '"step": 7,' in metrics.read_text()):  # past the step-6 checkpoint
+    while not (metrics.exists() and f'"step": {step},' in metrics.read_text()):
         assert process.poll() is None, process.stderr.read().decode()
         assert time.time() < deadline
         time.sleep(0.005)
@@ -76,6 +72,15 @@ def test_resume_after_sigkill_matches_uninterrupted_run(tmp_path, method):
     process.wait()
     assert process.returncode == -signal.SIGKILL
     assert not (killed_dir / "summary.json").exists()  # it really stopped mid-run
+
+
+@pytest.mark.parametrize("method", ["grpo", "rrpo", "ibpo"])  # rrpo's localiser, ibpo's references: Python's RNG
+def test_resume_after_sigkill_matches_uninterrupted_run(tmp_path, method):
+    settings = TINY + ["train.steps=12", "train.checkpoint_every=3", "train.eval_every=4", "optim.minibatches=2",
+                       f"method={method}"]
+    straight, straight_dir = run(tmp_path, None, settings[len(TINY):], name="straight")
+    killed_dir = tmp_path / "killed"
+    kill_training_after(settings, killed_dir, 7)  # past the step-6 checkpoint
     resumed = train(load_config(killed_dir / "config.yaml"), killed_dir, resume=True, show_progress=False)
     a = [untimed(json.loads(x)) for x in (straight_dir / "metrics.jsonl").read_text().splitlines()]
     b = [untimed(json.loads(x)) for x in (killed_dir / "metrics.jsonl").read_text().splitlines()]
@@ -133,6 +138,91 @@ def test_a_run_stopped_by_its_budget_resumes_with_a_larger_one(tmp_path):
     assert [r["step"] for r in records if "eval" in r] == [0, first, resumed["steps"]]
     again = train(load_config(run_dir / "config.yaml"), run_dir, resume=True, show_progress=False)
     assert again["steps"] == resumed["steps"] and records_of(run_dir) == records  # past its budget: no step
+
+
+def test_a_step_reaches_the_largest_token_checkpoint_it_passes():
+    from credo.train import token_checkpoint_reached
+
+    def reached(every, before, after):
+        return token_checkpoint_reached(load_config(None, [f"train.eval_every_tokens={every}"]), before, after)
+
+    assert reached(50, None, 0) == 0  # the evaluation before the first step
+    assert [reached(50, 0, t) for t in (49, 50, 99, 100, 149)] == [None, 50, 50, 100, 100]
+    assert [reached(50, 50, t) for t in (50, 99, 100)] == [None, None, 100]  # 50 was the previous step's
+    assert reached(50, 132, 212) == 200 and reached(1, 7, 8) == 8
+    assert token_checkpoint_reached(load_config(None), 0, 10**6) is None  # no token checkpoints
+
+
+TOKEN_CHECKPOINTS = 50
+"""The tiny runs' steps generate 60-72 rollout tokens: every step passes one or two multiples of 50."""
+
+
+def check_token_checkpoints(records: list[dict], every: int) -> list[tuple[int, int]]:
+    """Check that the eval records' `token_checkpoint`s serve every multiple of `every` the run's rollout tokens
+    reached, each at the first step at or after it, in one record per step; returns (step, checkpoint) pairs."""
+    tokens = [0] + [r["rollout_tokens"] for r in records if "eval" not in r]  # tokens[s]: after step s
+    assert [r["step"] for r in records if "eval" not in r] == list(range(1, len(tokens)))
+    evals = [r for r in records if "eval" in r]
+    assert len({r["step"] for r in evals}) == len(evals)  # one evaluation per step at most
+    assert all(r["rollout_tokens"] == tokens[r["step"]] for r in evals)
+    served = [(r["step"], r["token_checkpoint"]) for r in evals if "token_checkpoint" in r]
+    assert served[0] == (0, 0)
+    previous = 0
+    for step, checkpoint in served[1:]:
+        assert isinstance(checkpoint, int) and checkpoint % every == 0 and checkpoint > previous
+        assert tokens[step] >= checkpoint > tokens[step - 1]  # reached at this step, not before
+        assert tokens[step] < checkpoint + every  # the largest it reached
+        for skipped in range(previous + every, checkpoint, every):  # passed by the same step: served by this record
+            assert tokens[step - 1] < skipped
+        previous = checkpoint
+    assert tokens[-1] < previous + every  # every multiple the run reached is served
+    return served
+
+
+def test_token_checkpoints_are_evaluated_at_the_first_step_that_reaches_them(tmp_path):
+    every = TOKEN_CHECKPOINTS
+    _, run_dir = run(tmp_path, None, ["train.steps=6", "train.eval_every=2", "train.checkpoint_every=100",
+                                      f"train.eval_every_tokens={every}"])
+    records = records_of(run_dir)
+    served = check_token_checkpoints(records, every)
+    tokens = [0] + [r["rollout_tokens"] for r in records if "eval" not in r]
+    crossing = [s for s in range(1, 7) if tokens[s] // every > tokens[s - 1] // every]
+    assert [s for s, _ in served] == [0] + crossing
+    assert [r["step"] for r in records if "eval" in r] == sorted({0, 2, 4, 6} | set(crossing))
+    assert any(b - a > every for (_, a), (_, b) in zip(served, served[1:]))  # a step passed two checkpoints
+    assert {2, 4, 6} & set(crossing)  # a step due for both schedules, evaluated once
+
+
+def test_a_budget_on_a_token_checkpoint_ends_on_it_and_resumes_to_the_next(tmp_path):
+    every = 100
+    settings = BUDGET + [f"train.eval_every_tokens={every}"]
+    _, straight_dir = run(tmp_path, None, settings + ["train.rollout_tokens=300"], name="straight")
+    summary, run_dir = run(tmp_path, None, settings + ["train.rollout_tokens=200"])
+    records = records_of(run_dir)
+    served = check_token_checkpoints(records, every)
+    assert served[-1] == (summary["steps"], 200) and records[-1]["token_checkpoint"] == 200
+    train(load_config(run_dir / "config.yaml", ["train.rollout_tokens=300"]), run_dir, resume=True, show_progress=False)
+    records, straight = records_of(run_dir), records_of(straight_dir)
+    assert [untimed(r) for r in records] == [untimed(r) for r in straight]  # its evaluations included
+    assert check_token_checkpoints(records, every)[-1][1] == 300
+
+
+def test_token_checkpoints_survive_sigkill_and_resume(tmp_path):
+    # A checkpoint every 150 tokens, about every other step: a resumed run that lost track of the tokens before
+    # its first step would evaluate that step for a checkpoint an earlier step reached.
+    every = 150
+    settings = TINY + ["train.steps=8", "train.checkpoint_every=3", "train.eval_every=100",
+                       f"train.eval_every_tokens={every}"]
+    straight, straight_dir = run(tmp_path, None, settings[len(TINY):], name="straight")
+    killed_dir = tmp_path / "killed"
+    kill_training_after(settings, killed_dir, 4)  # past the step-3 checkpoint
+    resumed_from = int(sorted((killed_dir / "checkpoints").glob("step_*"))[-1].name.removeprefix("step_"))
+    resumed = train(load_config(killed_dir / "config.yaml"), killed_dir, resume=True, show_progress=False)
+    a, b = records_of(straight_dir), records_of(killed_dir)
+    served = check_token_checkpoints(b, every)
+    assert [untimed(r) for r in a] == [untimed(r) for r in b]
+    assert resumed_from < 8 and any(step > resumed_from for step, _ in served[1:])
+    assert resumed["eval_end"] == straight["eval_end"]
 
 
 @pytest.mark.parametrize("limit", ["optim.micro_batch_size=1", "optim.micro_batch_tokens=60"])

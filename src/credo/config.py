@@ -110,6 +110,19 @@ class TrainConfig(Section):
     """Where the model trains: "auto" is CUDA when available, else the CPU; "cuda" without a GPU is an error."""
     eval_every: int = Field(20, ge=1)
     """Evaluate every this many steps (also before the first step and after the last)."""
+    eval_every_tokens: int | None = Field(None, ge=1)
+    """Also evaluate at every multiple of this many rollout tokens (the token checkpoints); None: none.
+
+    Checkpoint `k * eval_every_tokens` (k = 1, 2, ...) is evaluated at the first step boundary at or after it,
+    the step whose cumulative `rollout_tokens` reach it, so that the methods of a study are evaluated at the
+    same token checkpoints whatever they spend per step. That evaluation's record in metrics.jsonl carries
+    `token_checkpoint`, the largest checkpoint the step reached (the one before the first step: 0); a step
+    that passes several evaluates once and serves them all, so the evaluation at checkpoint c is the first
+    record whose `token_checkpoint` is at least c. This adds to the `eval_every` schedule (a step due for both
+    evaluates once). Under a `rollout_tokens` budget that is a multiple of it, the last evaluation serves the
+    budget; under another budget the last checkpoint every run reaches lies below the budget (a last step may
+    pass one above it). `--resume` continues the same checkpoints (they follow from the checkpointed
+    `rollout_tokens`) and cannot change this value."""
     checkpoint_every: int = Field(50, ge=1)
     """Save a checkpoint every this many steps (also after the last); `--resume` starts from the newest."""
     keep_checkpoints: int = Field(2, ge=1)
@@ -380,6 +393,7 @@ _FROZEN_BECAUSE = {
     "optim": "the checkpoint's optimiser and schedule state were built with it",
     "train.seed": "the data order and random state follow the seed",
     "train.device": "the checkpoint's random state belongs to its device",
+    "train.eval_every_tokens": "the token checkpoints already evaluated are its multiples",
     "eval": "evaluations before and after the change would not be comparable",
 }
 

@@ -4,7 +4,8 @@
 scores the behaviour policy's log-probs and entropies once (and a frozen reference policy's log-probs, for a
 loss with a KL penalty), runs the method's credit estimator once, then takes `minibatches * epochs` optimiser
 steps with the method's loss. Metrics (to metrics.jsonl and the trackers of `train.report_to`), samples,
-evaluations and checkpoints follow. `train(..., resume=True)` continues a killed run from its last
+evaluations (every `train.eval_every` steps, and at the rollout-token checkpoints of `train.eval_every_tokens`)
+and checkpoints follow. `train(..., resume=True)` continues a killed run from its last
 checkpoint exactly.
 """
 
@@ -91,7 +92,8 @@ def train(config: RunConfig, run_dir, *, resume: bool = False, show_progress: bo
     try:
         with TrainProgress(config.train.steps, state.step, enabled=show_progress) as progress:
             if state.step == 0:
-                report_eval(trainer, eval_problems, state, trackers, progress)
+                report_eval(trainer, eval_problems, state, trackers, progress,
+                            token_checkpoint=token_checkpoint_reached(config, None, 0))
             train_steps(trainer, state, stream, eval_problems, trackers, progress)
     finally:
         trackers.close()
@@ -101,7 +103,8 @@ def train(config: RunConfig, run_dir, *, resume: bool = False, show_progress: bo
 def train_steps(trainer: Trainer, state: TrainState, stream: ProblemStream, eval_problems, trackers: Trackers,
                 progress: TrainProgress) -> None:
     """The steps from `state.step` until the run is `finished`: each logged, evaluated and checkpointed on its
-    schedule, the last one always."""
+    schedule, the last one always; a step that reaches a token checkpoint (`train.eval_every_tokens`) is
+    evaluated too."""
     config = trainer.config
     if finished(config, state):
         log.info("%s has already trained %d steps, %d rollout tokens: nothing left to train",
@@ -117,6 +120,7 @@ def train_steps(trainer: Trainer, state: TrainState, stream: ProblemStream, eval
         trainer.backend.sync_weights()
         state.step += 1
         state.data_position = stream.position
+        tokens_before = state.rollout_tokens
         state.rollout_tokens += rollout.generated_tokens
         state.wall_s += time.perf_counter() - started
         record = step_record(trainer, state, rollout, batch, credit, credit_metrics, update_metrics)
@@ -133,8 +137,9 @@ def train_steps(trainer: Trainer, state: TrainState, stream: ProblemStream, eval
         if last and state.step < config.train.steps:
             log.info("step %d: %d rollout tokens reach train.rollout_tokens = %d; stopping",
                      state.step, state.rollout_tokens, config.train.rollout_tokens)
-        if state.step % config.train.eval_every == 0 or last:
-            report_eval(trainer, eval_problems, state, trackers, progress, final=last)
+        reached = token_checkpoint_reached(config, tokens_before, state.rollout_tokens)
+        if state.step % config.train.eval_every == 0 or reached is not None or last:
+            report_eval(trainer, eval_problems, state, trackers, progress, final=last, token_checkpoint=reached)
         if state.step % config.train.checkpoint_every == 0 or last:
             save_checkpoint(trainer.run, trainer.model, trainer.optimizer, trainer.scheduler, state,
                             config.train.keep_checkpoints)
@@ -145,6 +150,19 @@ def finished(config: RunConfig, state: TrainState) -> bool:
     tokens reached `train.rollout_tokens`."""
     budget = config.train.rollout_tokens
     return state.step >= config.train.steps or (budget is not None and state.rollout_tokens >= budget)
+
+
+def token_checkpoint_reached(config: RunConfig, before: int | None, after: int) -> int | None:
+    """The largest token checkpoint (multiple of `train.eval_every_tokens`, 0 included) in (`before`, `after`]:
+    the one a step that took the run's rollout tokens from `before` to `after` evaluates for; None when it
+    passed none or the run has no token checkpoints. `before=None` is the start (`after=0`: checkpoint 0).
+
+    It depends on the token counts only, so a resumed run (its `rollout_tokens` checkpointed) meets the same
+    checkpoints at the same steps as an uninterrupted one."""
+    every = config.train.eval_every_tokens
+    if every is None or (before is not None and before // every == after // every):
+        return None
+    return after // every * every
 
 
 # ------------------------------------------------------------------------------------------- set-up
@@ -476,17 +494,23 @@ def log_samples(trainer: Trainer, step: int, rollout: Rollout, batch: RolloutBat
 
 
 def report_eval(trainer: Trainer, problems, state: TrainState, trackers: Trackers, progress: TrainProgress, *,
-                final: bool = False) -> dict:
+                final: bool = False, token_checkpoint: int | None = None) -> dict:
     """Evaluate (`record_eval`) and report the result to the trackers and the live view."""
-    result = record_eval(trainer, problems, state, final=final)
+    result = record_eval(trainer, problems, state, final=final, token_checkpoint=token_checkpoint)
     trackers.log_eval(result, state.step)
     progress.evaluated(state.step, result)
     return result
 
 
-def record_eval(trainer: Trainer, problems, state: TrainState, *, final: bool = False) -> dict:
+def record_eval(trainer: Trainer, problems, state: TrainState, *, final: bool = False,
+                token_checkpoint: int | None = None) -> dict:
     """Evaluate the policy on the held-out `problems` and append the result to metrics.jsonl; the run's last
-    evaluation (`final`) samples `eval.final_samples` responses per problem where set."""
+    evaluation (`final`) samples `eval.final_samples` responses per problem where set.
+
+    The record holds `step`, `rollout_tokens`, `wall_s` and `eval` (the metrics), and `token_checkpoint` (an
+    int) where the evaluation serves token checkpoints of `train.eval_every_tokens`: the largest the step
+    reached (`token_checkpoint_reached`). It serves every checkpoint above the previous such record's too, so
+    the evaluation at checkpoint c is the first record whose `token_checkpoint` is at least c."""
     config = trainer.config
     if trainer.sampling_keys is not None:
         trainer.sampling_keys.begin(EVAL, state.step)
@@ -496,9 +520,10 @@ def record_eval(trainer: Trainer, problems, state: TrainState, *, final: bool = 
         max_new_tokens=config.rollout.max_new_tokens, seed=config.train.seed + 1_000_003 * (state.step + 1),
         reward_errors=config.rollout.reward_errors,
     )
-    trainer.run.append(trainer.run.metrics_file, {
-        "step": state.step, "rollout_tokens": state.rollout_tokens, "wall_s": state.wall_s, "eval": result,
-    })
+    record = {"step": state.step, "rollout_tokens": state.rollout_tokens, "wall_s": state.wall_s, "eval": result}
+    if token_checkpoint is not None:
+        record["token_checkpoint"] = token_checkpoint
+    trainer.run.append(trainer.run.metrics_file, record)
     return result
 
 
