@@ -11,7 +11,7 @@ import pytest
 from scripted import ScriptedPolicy, chain_of, wrong_at
 from tiny import TINY_TESTBED
 
-from credo.tasks.arith import OPS, ArithConfig, ArithTask, Chain, format_answer, format_step, solution
+from credo.tasks.arith import OPS, ArithConfig, ArithTask, Chain, format_answer, format_step, solution, trace
 from credo.tasks.base import THOUGHT_END
 from credo.testbed_facts import regime_facts
 
@@ -126,3 +126,50 @@ def test_a_single_error_that_vanishes_is_a_lucky_success():
                          problems=2, samples=2,
                          seed=0, temperature=1.0, max_new_tokens=48)
     assert facts["sampled_accuracy"] == 1.0 and facts["lucky_share"] == 1.0
+
+
+def reference_decisions(task: ArithTask, chain: Chain, values: list[int]) -> int:
+    """Loop reference: the steps of a misconception type counted on the values a response wrote (all well-formed)."""
+    count, written = 0, chain.start
+    for (op, b), value in zip(chain.steps, values):
+        count += ((op == "+" and written % 10 + b >= 10) or (op == "-" and written % 10 < b)
+                  or (op == "*" and b == 7))
+        written = value
+    return count
+
+
+def test_decisions_are_counted_on_the_written_values_in_either_form():
+    """A misconception step depends on the value the response wrote before it, not on the right one; worked and
+    compact thoughts count alike; a malformed thought ends the count."""
+    for worked in (False, True):
+        task = ArithTask(ArithConfig(worked=worked, max_steps=12, noise={"misconceptions": {"carry": -10,
+                                                                                            "borrow": 10, "mul7": 10}}))
+        rng = random.Random(1)
+        for _ in range(200):
+            chain = task.random_chain(rng, rng.randint(1, 12))
+            values = [(v + rng.choice([0, 0, 0, 10, 90, 37])) % 100 for v in chain.values()]
+            assert task.decisions(chain, task.write(chain, values, rng)) == reference_decisions(task, chain, values)
+        chain = Chain(38, (("+", 5), ("-", 9), ("*", 7)), worked=worked)  # 38+5 carries; 43-9 borrows; *7
+        text = trace(chain, [43, 34, 38])
+        assert task.decisions(chain, text) == 3
+        assert task.decisions(chain, text.replace("-9", "-8", 1)) == 1  # thought 2 names another step: stop
+
+
+def test_length_facts_are_the_scripted_lengths():
+    """Responses of 8 scripted lengths per group: the median, percentiles, spread and decay span follow exactly."""
+    task = ArithTask(CONFIG)
+    pads = [0, 2, 4, 6, 8, 10, 12, 14]
+
+    def draw(prompt: str) -> str:
+        draw.count = getattr(draw, "count", -1) + 1
+        return solution(chain_of(prompt)) + "x" * pads[draw.count % 8]  # one token a character
+
+    facts = regime_facts(task, ScriptedPolicy(draw), eval_problems=task.eval_problems()[:2], problems=4, samples=8,
+                         seed=0, temperature=1.0, max_new_tokens=64)
+    chains = [p.meta["chain"] for p in islice(task.train_problems(0), 4)]
+    # in tokens a compact thought `+5=42</thought>` is 6, the answer `\boxed{42}` 4, and the end token 1
+    tokens = sorted(6 * len(c.steps) + 4 + 1 + pad for c in chains for pad in pads)
+    assert facts["response_tokens"]["median"] == pytest.approx((tokens[15] + tokens[16]) / 2)
+    assert facts["response_tokens"]["max"] == tokens[-1]
+    assert facts["group_length_spread"] == 14
+    assert facts["decay_span_0.99"] == pytest.approx(0.99 ** -(facts["response_tokens"]["median"] - 1))

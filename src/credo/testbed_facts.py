@@ -10,7 +10,14 @@ problems and reads every response with the step checker:
 - `errors_per_failure`: wrong steps per failed response (`ArithTask.wrong_steps`), and `single_error_share`,
   the failures with exactly one;
 - `first_error_kinds`: what each failure's first wrong step was (a misconception's name, "slip", "format",
-  "answer"), as shares of the failures.
+  "answer"), as shares of the failures;
+- `decisions_per_response`: thoughts whose step, from the value the response wrote before it, is of a misconception
+  type (`ArithTask.decisions`): the uncertain decisions of a response (the starting policy takes a misconception's
+  wrong value there with probability about `p_misc`), over all responses and over the failures;
+- the lengths that the traces' decays and the length normalisations act on: `response_tokens` (median, 10th and 90th
+  percentile, longest), `group_length_spread` (the median over groups of the longest minus the shortest response)
+  and `decay_span_0.99` (0.99^-(L-1) at the median length L: how much more a lambda-return or trace of decay 0.99
+  weighs a response's last token than its first).
 """
 
 from __future__ import annotations
@@ -22,6 +29,19 @@ from credo.evaluate import summarise
 from credo.rollout.generate import encode_prompts
 from credo.tasks import verify_all
 from credo.tasks.arith import ArithTask
+
+
+def quantile(values: list[float], q: float) -> float:
+    """The `q` quantile of `values`, linear between order statistics (numpy's default).
+
+    >>> quantile([1, 2, 3, 4], 0.5), quantile([5, 1, 3], 0.9)
+    (2.5, 4.6)
+    """
+    ordered = sorted(values)
+    position = q * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return float(ordered[low] + (ordered[high] - ordered[low]) * (position - low))
 
 
 def regime_facts(task: ArithTask, backend, *, eval_problems, problems: int, samples: int, seed: int,
@@ -36,6 +56,9 @@ def regime_facts(task: ArithTask, backend, *, eval_problems, problems: int, samp
     rows = [p for p in train for _ in range(samples)]
     verdicts = verify_all(task, rows, out.texts, "raise")[0]
     errors = [task.wrong_steps(p.meta["chain"], text) for p, text in zip(rows, out.texts)]
+    decisions = [task.decisions(p.meta["chain"], text) for p, text in zip(rows, out.texts)]
+    lengths = out.response_mask.sum(dim=1).tolist()
+    spreads = [max(lengths[i:i + samples]) - min(lengths[i:i + samples]) for i in range(0, len(lengths), samples)]
     correct = [e for v, e in zip(verdicts, errors) if v.correct]
     failed = [(v, e) for v, e in zip(verdicts, errors) if not v.correct]
     greedy_out = backend.generate(encode_prompts(backend.tokenizer, [p.prompt for p in eval_problems]),
@@ -51,5 +74,12 @@ def regime_facts(task: ArithTask, backend, *, eval_problems, problems: int, samp
         "errors_per_failure": sum(e for _, e in failed) / len(failed) if failed else 0.0,
         "single_error_share": sum(e == 1 for _, e in failed) / len(failed) if failed else 0.0,
         "first_error_kinds": {kind: count / len(failed) for kind, count in kinds.most_common()},
+        "decisions_per_response": sum(decisions) / len(decisions),
+        "decisions_per_failure": (sum(d for v, d in zip(verdicts, decisions) if not v.correct) / len(failed)
+                                  if failed else 0.0),
+        "response_tokens": {"median": quantile(lengths, 0.5), "p10": quantile(lengths, 0.1),
+                            "p90": quantile(lengths, 0.9), "max": float(max(lengths))},
+        "group_length_spread": quantile(spreads, 0.5),
+        "decay_span_0.99": 0.99 ** -(quantile(lengths, 0.5) - 1),
         "responses": len(verdicts),
     }

@@ -289,12 +289,16 @@ class ArithConfig(RewardOptions):
     max_misconception_steps: int | None = Field(None, ge=0)
     """Training (and eval) chains hold at most this many steps of an active misconception type (None: any)."""
     worked: bool = False
-    """Prompts label their steps (`37a+5b*7?`) and thoughts write their work out (`worked_thought`: the step, the
-    units and tens columns, the carry taken, the value) instead of the compact `+5=42`: 21-34 tokens a thought
-    instead of 6 (the long-horizon regime). The step checker reads this form; the testbed model's SFT writes it."""
+    """Thoughts write their work out, column by column (the long-horizon regime).
+
+    Prompts label their steps (`37a+5b*7?`) and each thought names its step and writes the units and tens columns,
+    the carry taken and the value (`worked_thought`) instead of the compact `+5=42`: 21-34 tokens a thought instead
+    of 6. The step checker reads this form; the testbed model's SFT writes it."""
     p_check: float = Field(0.0, ge=0.0, le=1.0)
-    """With `worked`, the probability that a thought of the SFT traces ends with a check restating its step
-    (`|chk 37+5=42`): a choice of length that does not change the answer, so lengths vary within a group."""
+    """Probability that a worked thought of the SFT traces ends with a check restating its step.
+
+    The check (`|chk 37+5=42`) is a choice of length that does not change the answer, so lengths vary within a
+    group. It needs `worked`; the step checker accepts thoughts with and without it."""
     invertible_steps: bool = False
     """Multiply only by operands coprime to 100 (1, 3, 7, 9), so that no later step can remove an error.
 
@@ -449,6 +453,18 @@ class ArithTask(RewardedTask):
         correct = bool(answers) and int(answers[-1]) == int(problem.answer)
         first_wrong, kind = self.first_wrong_step(chain, response)
         return Verdict(reward=float(correct), correct=correct, first_wrong_step=first_wrong, error_kind=kind)
+
+    def decisions(self, chain: Chain, response: str) -> int:
+        """How many well-formed thoughts of `response` apply a step of an active misconception type to the value the
+        thought before wrote: the response's uncertain decisions (where the noise model errs with `p_misc`)."""
+        count, written = 0, chain.start
+        for (op, b), thought in zip(chain.steps, response.split(THOUGHT_END)[:-1]):
+            read = read_thought(thought, chain.worked)
+            if read is None or read[1:3] != (op, b):
+                break
+            count += misconception_of(op, written, b, self.config.noise.misconceptions) is not None
+            written = read[3]
+        return count
 
     def wrong_steps(self, chain: Chain, response: str) -> int:
         """How many thoughts of `response` are wrong (`step_errors`)."""
