@@ -1,0 +1,85 @@
+"""The results docs' scope table and paper settings hold what they say: every method's paper has a row, the
+`@paper` cells are valid configs, and the numbers they compute from committed files come out as printed."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from credo.config import load_config
+from credo.losses.lambda_returns import positional_weights
+from credo.methods import METHODS
+
+ROOT = Path(__file__).parents[1]
+RESULTS = ROOT / "docs" / "results"
+
+
+def _papers() -> set[str]:
+    """arXiv ids of the registered methods' papers (GRPO's and REINFORCE's, the baselines, and credo's own
+    yardstick have no claim under test)."""
+    return {METHODS.get(name).paper for name in METHODS.names()} - {"credo", "2402.03300"}
+
+
+@pytest.mark.parametrize("page", ["scope.md", "paper-settings.md"])
+def test_every_methods_paper_has_a_row(page: str) -> None:
+    text = (RESULTS / page).read_text()
+    missing = {paper for paper in _papers() if f"({paper})" not in text}
+    assert not missing, f"{page} has no row for {sorted(missing)}"
+
+
+def test_scope_table_has_a_holm_column_and_the_long_horizon_row() -> None:
+    text = (RESULTS / "scope.md").read_text()
+    header = next(line for line in text.splitlines() if line.startswith("| paper (arXiv)"))
+    assert header.rstrip(" |").endswith("survives Holm")
+    assert "**The long-horizon regime**" in text
+
+
+def test_no_paper_number_beside_a_testbed_interval_in_the_readme() -> None:
+    readme = (ROOT / "README.md").read_text()
+    for phrase in ("the paper claims", "+0.5 to +3", "+0.49 / +3.16", "+3 points", "+4.5"):
+        assert phrase not in readme, phrase
+
+
+def test_paper_cells_are_valid_configs() -> None:
+    text = (RESULTS / "paper-settings.md").read_text()
+    block = re.search(r"```yaml\n(.*?)```", text, re.S).group(1)
+    cells = yaml.safe_load("methods:\n" + block)["methods"]
+    assert {"srpo@paper", "vine@paper", "grpo_lambda@paper"} <= set(cells)
+
+    def flat(prefix: str, mapping: dict):
+        for key, value in mapping.items():
+            yield from flat(f"{prefix}{key}.", value) if isinstance(value, dict) else [f"{prefix}{key}={value}"]
+
+    for cell in cells.values():
+        config = ROOT / "configs" / "studies" / cell["config"]
+        run = load_config(config.resolve(), list(flat("", cell["set"])))
+        assert run.optim.minibatches * run.optim.epochs >= 1
+    srpo = load_config((ROOT / "configs/testbed/hard/srpo.yaml").resolve(),
+                       list(flat("", cells["srpo@paper"]["set"])))
+    assert (srpo.optim.lr, srpo.optim.minibatches, srpo.rollout.temperature, srpo.rollout.top_p,
+            srpo.rollout.prompts_per_step) == (5e-5, 4, 0.7, 0.95, 32)
+
+
+def test_scope_first_third_snippet_prints_its_numbers(capsys, monkeypatch) -> None:
+    text = (RESULTS / "scope.md").read_text()
+    snippet = next(s for s in re.findall(r"```python\n(.*?)```", text, re.S) if "first_third" in s)
+    expected = [float(x) for x in re.search(r"# ([\d. ]+)\n", snippet).group(1).split()]
+    monkeypatch.chdir(ROOT)
+    exec(compile(snippet, "scope.md", "exec"), {})
+    printed = [float(x) for x in capsys.readouterr().out.split()]
+    assert printed == pytest.approx(expected, abs=5e-4)
+
+
+def test_scope_lambda_weight_ranges() -> None:
+    # "within [0.82, 1] on a 41-token response ... within [0.84, 1] on 35 tokens"; `recent` at 0.99: 0.67
+    for n, low in ((41, 0.82), (35, 0.84)):
+        w = positional_weights(torch.tensor([n]), n, decay=0.99, style="both")[0]
+        assert round(w.min().item(), 2) == low and w.max().item() == pytest.approx(1.0)
+    recent = positional_weights(torch.tensor([41]), 41, decay=0.99, style="recent")[0]
+    assert round(recent.min().item(), 2) == 0.67
+    lam_length = positional_weights(torch.tensor([41]), 41, decay=0.9, style="recent", per_length=32)[0]
+    assert round(lam_length.min().item(), 2) == 0.04
