@@ -27,7 +27,7 @@ from _quick import tiny_testbed
 
 from credo.study.curves import first_crossing
 from credo.study.grid import MethodEntry, Study, StudyConfig, run_study
-from credo.study.report import load_runs
+from credo.study.runs import load_runs
 
 HARD = Path(__file__).parents[1] / "configs" / "testbed" / "hard"
 

@@ -17,14 +17,11 @@ import math
 import sys
 from pathlib import Path
 
-from credo.study.curves import Curve, area, t_quantile
-from credo.study.report import Run, load_runs
+from credo.study.curves import Curve, area
+from credo.study.runs import Run, load_runs
+from credo.study.stats import half_width, sample_sd
 
 TARGETS = (0.03, 0.02, 0.01)
-
-
-def half_width(sd: float, n: int) -> float:
-    return t_quantile(n - 1) * sd / math.sqrt(n)
 
 
 def seeds_for(sd: float, target: float) -> int:
@@ -49,7 +46,7 @@ def eval_sd(curve: Curve, budget: float, problems: int) -> float:
 def pair_spread(runs: dict[str, list[Run]], method: str, baseline: str, *, metric: str = "greedy_pass@1",
                 budget: float | None = None, problems: int | None = None) -> dict:
     """The paired-difference statistics of `method` against `baseline` (see the module docstring), from one
-    difficulty's finished runs by method (`credo.study.report.load_runs`)."""
+    difficulty's finished runs by method (`credo.study.runs.load_runs`)."""
     by_seed = {name: {r.seed: r for r in runs[name]} for name in (method, baseline)}
     seeds = sorted(set(by_seed[method]) & set(by_seed[baseline]))
     if len(seeds) < 2:
@@ -59,7 +56,7 @@ def pair_spread(runs: dict[str, list[Run]], method: str, baseline: str, *, metri
     diffs = [area(curves[method][s], budget) - area(curves[baseline][s], budget) for s in seeds]
     n = len(diffs)
     mean = sum(diffs) / n
-    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
+    sd = sample_sd(diffs)
     out = {"pair": f"{method} - {baseline}", "seeds": n, "budget": budget, "mean": mean, "sd": sd,
            "half_width": half_width(sd, n), **{f"seeds_for_{t}": seeds_for(sd, t) for t in TARGETS}}
     if problems:

@@ -1,13 +1,19 @@
-"""The arithmetic of a comparison: areas, crossings, t-intervals, the share of the oracle's gain."""
+"""The geometry of learning curves: areas (interpolated and on measured points), token checkpoints, crossings."""
 
 from __future__ import annotations
 
-import math
-import statistics
-
 import pytest
 
-from credo.study.curves import Curve, area, first_crossing, mean_curve, mean_interval, share_of_gain, t_quantile
+from credo.study.curves import (
+    Curve,
+    area,
+    checkpoint_curve,
+    common_x,
+    first_crossing,
+    mean_curve,
+    measured_area,
+    measured_difference,
+)
 
 
 def test_curve_is_linear_between_points_and_flat_outside():
@@ -38,44 +44,36 @@ def test_first_crossing_interpolates_and_reports_never():
     assert first_crossing(curve, 0.71) is None
 
 
-def test_t_quantiles_and_the_interval():
-    assert [t_quantile(df) for df in (1, 2, 4, 9, 29, 30, 1000)] == [12.706, 4.303, 2.776, 2.262, 2.060, 2.042, 1.960]
-    values = [0.41, 0.47, 0.52, 0.44]
-    estimate = mean_interval(values)
-    half = 3.182 * statistics.stdev(values) / math.sqrt(4)
-    assert estimate.mean == pytest.approx(statistics.mean(values))
-    assert (estimate.low, estimate.high) == pytest.approx((estimate.mean - half, estimate.mean + half))
-    single = mean_interval([0.3])
-    assert (single.mean, single.low, single.high, str(single)) == (0.3, None, None, "0.300")
+def test_the_measured_area_uses_measured_points_only():
+    curve = Curve((0, 10, 15, 20, 30), (0.2, 0.4, 0.9, 0.6, 0.7))
+    # over (0, 10, 20, 30), skipping the point at 15: (0.3 + 0.5 + 0.65) / 3 trapezoids of width 10
+    assert measured_area(curve, (0, 10, 20, 30)) == pytest.approx(1.45 / 3)
+    assert area(curve, 30) != pytest.approx(1.45 / 3)  # the interpolated area reads the point at 15
+    assert measured_area(curve, (10, 20)) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="not measured at \\[25\\]"):
+        measured_area(curve, (0, 25))
+    with pytest.raises(ValueError, match="two increasing"):
+        measured_area(curve, (10,))
 
 
-def test_share_of_gain_known_answers():
-    base, oracle = [0.50, 0.60, 0.55], [0.70, 0.80, 0.75]  # the oracle gains 0.2 on every seed
-    half = share_of_gain([0.60, 0.70, 0.65], base, oracle)
-    assert half.value == pytest.approx(0.5) and (half.low, half.high) == pytest.approx((0.5, 0.5))
-    worse = share_of_gain([0.45, 0.55, 0.50], base, oracle)
-    assert worse.value == pytest.approx(-0.25) and worse.high < 0
-    noisy = share_of_gain([0.62, 0.66, 0.67], base, oracle)  # gains 0.12, 0.06, 0.12 -> 0.3 / 0.6
-    assert noisy.value == pytest.approx(0.5)
-    assert noisy.low == pytest.approx(0.3) and noisy.high == pytest.approx(0.6)  # resamples: all 0.06 ... all 0.12
+def test_curves_on_different_step_grids_compare_on_the_steps_both_measured():
+    every_5 = Curve((0, 5, 10, 15, 20, 25, 30), (0.2, 0.9, 0.3, 0.9, 0.4, 0.9, 0.5))
+    every_12 = Curve((0, 12, 24, 30), (0.2, 0.3, 0.4, 0.6))
+    assert common_x([every_5, every_12]) == (0, 30) and common_x([every_5, every_12], up_to=20) == (0,)
+    # over (0, 30): (0.2 + 0.5) / 2 - (0.2 + 0.6) / 2; the spikes at 5, 15, 25 are no measured common point
+    assert measured_difference(every_5, every_12) == pytest.approx(-0.05)
+    assert measured_difference(every_5, Curve((0, 12), (0.2, 0.3))) is None  # one common step: no area
 
 
-def test_share_is_undefined_when_the_oracle_is_no_better():
-    base = [0.5, 0.6]
-    for oracle in ([0.5, 0.6], [0.45, 0.6], [0.4, 0.65]):  # no gain, a loss, a mean gain of -0.025
-        share = share_of_gain([0.7, 0.8], base, oracle)
-        assert share.value is None and str(share) == "undefined (oracle no better than baseline)"
-
-
-def test_share_interval_is_unbounded_when_a_resample_has_no_oracle_gain():
-    share = share_of_gain([0.6, 0.6, 0.6], [0.5, 0.5, 0.5], [0.9, 0.9, 0.45])  # one seed's oracle lost
-    assert share.value == pytest.approx(0.3 / 0.75)
-    assert (share.low, share.high) == (None, None) and "unbounded" in str(share)
-
-
-def test_share_needs_paired_seeds():
-    with pytest.raises(ValueError, match="paired seeds"):
-        share_of_gain([0.5], [0.4, 0.3], [0.6, 0.7])
+def test_token_checkpoints_are_served_by_the_first_evaluation_at_or_after_them():
+    records = [(0, 0, 0.2), (1000, 1040, 0.4), (3000, 3050, 0.8), (4000, 4000, 0.9)]
+    curve, overshoot = checkpoint_curve(records, 1000)
+    assert curve.x == (0, 1000, 2000, 3000, 4000) and curve.y == (0.2, 0.4, 0.8, 0.8, 0.9)
+    assert overshoot == 1050  # checkpoint 2000, served at 3050 tokens
+    with pytest.raises(ValueError, match="not the next multiple"):
+        checkpoint_curve([(0, 0, 0.2), (1500, 1500, 0.3)], 1000)
+    with pytest.raises(ValueError, match="not the next multiple"):
+        checkpoint_curve([(0, 0, 0.2), (1000, 1000, 0.3), (1000, 1200, 0.3)], 1000)
 
 
 def test_mean_curve_interpolates_seeds_onto_a_common_grid():

@@ -7,7 +7,7 @@ import pytest
 
 from credo.methods import FAMILIES
 from credo.plots import FAMILY_COLOURS, FAMILY_NAMES, method_family, method_styles
-from credo.study import report
+from credo.study import figures as study_figures
 
 TUNING = ["grpo", "grpo@lr=2e-4", "grpo_4mb", "grpo_4mb@lr=5e-5", "dapo", "dapo@lr=2e-4", "gspo", "gspo@lr=1e-4",
           "grpo_lambda", "grpo_lambda@lam=0.9", "grpo_lambda@lr=5e-5", "p_trace", "p_trace@lam=0.9", "p_trace@lr=5e-5",
@@ -52,7 +52,7 @@ def curves_for(labels: list[str], budget: float) -> dict:
 @pytest.mark.parametrize("labels", [TUNING, ["grpo", "oracle_blame", "better"]])
 def test_the_legend_stays_on_the_image_and_the_axes_fit_the_compared_data(labels, tmp_path, monkeypatch):
     figures = []
-    save = report.save_figure
+    save = study_figures.save_figure
 
     def keep(fig, path, **kwargs):
         fig.canvas.draw()
@@ -63,9 +63,9 @@ def test_the_legend_stays_on_the_image_and_the_axes_fit_the_compared_data(labels
                         "texts": [t.get_text() for t in fig.legends[0].get_texts()]})
         return save(fig, path, **kwargs)
 
-    monkeypatch.setattr(report, "save_figure", keep)
+    monkeypatch.setattr(study_figures, "save_figure", keep)
     budget = 1000.0
-    path = report.plot_curves(curves_for(labels, budget), "greedy_pass@1", tmp_path / "curves.png", "study", budget=budget)
+    path = study_figures.plot_curves(curves_for(labels, budget), "greedy_pass@1", tmp_path / "curves.png", "study", budget=budget)
     assert path.stat().st_size > 5000
     seen = figures[0]
     legend, frame = seen["legend"], seen["frame"]

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import statistics
 from pathlib import Path
 
 import pytest
 import yaml
 
 from credo.study.report import write_report
+from credo.study.stats import t_quantile
 
 # Greedy pass@1 at rollout tokens 0, 1000, 2000 (both seeds; seed 1 is shifted by `SHIFT` to give intervals).
 CURVES = {"grpo": (0.2, 0.4, 0.6), "better": (0.2, 0.6, 0.8), "worse": (0.2, 0.3, 0.4), "oracle_blame": (0.2, 0.8, 1.0)}
@@ -156,7 +159,7 @@ def test_no_finished_run_is_an_error_that_keeps_the_report(study_dir):
     from typer.testing import CliRunner
 
     from credo.cli import app
-    from credo.study.report import NoFinishedRuns
+    from credo.study.runs import NoFinishedRuns
 
     write_report(study_dir, html=True)
     before = report_files(study_dir)
@@ -184,6 +187,12 @@ def test_a_written_report_is_drawn_again_from_its_json_alone(study_dir, tmp_path
     grpo = saved["curves"]["greedy_pass@1"]["grpo"]["rollout_tokens"]
     assert grpo["x"][0] == 0 and grpo["x"][-1] == 2000 and grpo["mean"][-1] == pytest.approx(0.61) and grpo["seeds"] == 2
     assert '"x": [0.0, ' in (first / "report.json").read_text()  # a curve's numbers on one line
+    # every cell's per-seed values, keyed by seed: areas (0.2, 0.6, 0.8) + 0.02 on seed 1 -> 0.55, 0.565
+    better = saved["per_seed"]["better"]
+    assert sorted(better) == ["0", "1"] and better["1"]["area_tokens"]["greedy_pass@1"] == pytest.approx(0.565)
+    assert better["0"]["final"]["pass@4"] == pytest.approx(1.0) and better["0"]["tokens_to_baseline_final"] == 1050
+    assert better["0"]["steps"]["greedy_pass@1"] == {"step": [0.0, 10.0, 20.0], "value": [0.2, 0.6, 0.8]}
+    assert saved["token_checkpoints"] is None  # these runs have none: areas interpolated between evaluations
     again = tmp_path / "again"  # no runs beside it: only the report folder
     result = CliRunner().invoke(app, ["report", str(first), "--from-json", "--html", "--output", str(again)])
     assert result.exit_code == 0, result.output
@@ -273,22 +282,10 @@ def test_areas_at_equal_steps_and_unstable_runs(study_dir):
         rewrite(path, lambda records: [r.update(grad_norm=2.0) for r in records if "eval" not in r])
     write_report(study_dir)
     rows = {r["method"]: r for r in json.loads((study_dir / "report.json").read_text())["default"]["methods"]}
-    assert rows["better"]["steps_auc_vs_baseline"]["mean"] == pytest.approx(rows["better"]["auc_vs_baseline"]["mean"])
+    steps = rows["better"]["areas_vs_baseline"]["greedy_pass@1"]["steps"]
+    assert steps["mean"] == pytest.approx(rows["better"]["auc_vs_baseline"]["mean"])
     assert (rows["better"]["unstable_runs"], rows["worse"]["unstable_runs"], rows["grpo"]["unstable_runs"]) == (1, 1, 0)
     assert "unstable runs" in (study_dir / "report.md").read_text()
-
-
-def test_the_step_area_pairs_runs_over_the_steps_both_trained(tmp_path):
-    from credo.study.report import Run, steps_area_difference
-
-    def run(steps, ys):
-        evals = [{"step": s, "rollout_tokens": 100 * s, "wall_s": 0.0, "eval": {"greedy_pass@1": y}} for s, y in zip(steps, ys)]
-        return Run("m", 0, tmp_path, evals, {})
-
-    long, short = run((0, 10, 20), (0.2, 0.4, 0.9)), run((0, 5), (0.2, 0.2))  # a costly method trained 5 steps
-    # over [0, 5]: the long run rises 0.2 -> 0.3 (mean 0.25), the short one stays at 0.2
-    assert steps_area_difference(long, short, "greedy_pass@1") == pytest.approx(0.05)
-    assert steps_area_difference(short, long, "greedy_pass@1") == pytest.approx(-0.05)
 
 
 def test_like_for_like_baselines_and_paired_final_differences(study_dir):
@@ -309,7 +306,7 @@ def test_like_for_like_baselines_and_paired_final_differences(study_dir):
     assert rows["better"]["final_vs_baseline"]["greedy_pass@1"]["mean"] == pytest.approx(0.2)
     assert rows["grpo"]["final_vs_baseline"] == {}
     assert "it beats its like-for-like `worse` (+0.250" in text
-    assert "Δ area vs like-for-like" in text and "Δ final pass@4 vs grpo" in text
+    assert "Δ area vs like-for-like (raw 95%)" in text and "Δ final pass@4" in text
     assert "final pass@4 +0.085" in text
 
 
@@ -323,13 +320,15 @@ def test_a_method_that_reduces_to_the_baseline_is_called_identical(study_dir):
                  [y + shift if y > 0.2 else y for y in CURVES["grpo"]])
     text = write_report(study_dir).read_text()
     assert "`same` is identical on every seed to `grpo` (area 0.407, paired difference +0.000, interval +0.000" in text
+    rows = {r["method"]: r for r in json.loads((study_dir / "report.json").read_text())["default"]["methods"]}
+    assert rows["same"]["auc_vs_baseline"]["p"] == 1.0 and rows["same"]["auc_vs_baseline"]["verdict"] == "identical"
     assert "`better` beats `grpo`" in text
 
 
 def test_a_study_of_many_methods_also_draws_its_curves_family_by_family(tmp_path):
     """One figure of every method cannot be read past FAMILY_FIGURES_ABOVE methods: the report adds one per family,
     each with the baseline, the oracle and the family's like-for-like baselines."""
-    from credo.study.report import FAMILY_FIGURES_ABOVE
+    from credo.study.figures import FAMILY_FIGURES_ABOVE
 
     methods = ["grpo", "grpo_4mb", "dapo", "s_trace", "p_trace", "grpo_lambda", "gtpo", "srpo", "rrpo", "ibpo", "vine",
                "oracle_blame"]
@@ -355,7 +354,7 @@ def test_a_study_of_many_methods_also_draws_its_curves_family_by_family(tmp_path
 
 def test_family_figures_hold_the_family_its_like_for_like_baselines_and_the_anchors():
     from credo.study.grid import ReportConfig
-    from credo.study.report import family_figures
+    from credo.study.figures import family_figures
 
     few = ["grpo", "s_trace", "oracle_blame"]
     assert family_figures(few, ReportConfig()) == {}
@@ -380,3 +379,183 @@ def test_a_like_for_like_baseline_must_be_a_method(tmp_path):
     with pytest.raises(ConfigError, match="like_for_like s_trace: grpo_4mb: 'grpo_4mb' is not one of the methods"):
         load_study(path)
 
+
+
+def test_a_method_on_another_step_grid_is_compared_on_the_steps_both_measured(study_dir):
+    """`better` evaluates at steps 0, 5, 20 (a spike at 5): at equal steps it is compared with `grpo` (0, 10, 20)
+    over steps 0 and 20 only, measured by both: (0.2 + 0.8) / 2 - (0.2 + 0.6) / 2 = 0.1."""
+    for seed, shift in SHIFT.items():
+        path = study_dir / "default" / "better" / f"seed{seed}"
+        records = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+        evals = [r for r in records if "eval" in r]
+        evals[1]["step"], evals[1]["eval"]["greedy_pass@1"] = 5, 0.99
+        (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    write_report(study_dir)
+    rows = {r["method"]: r for r in json.loads((study_dir / "report.json").read_text())["default"]["methods"]}
+    steps = rows["better"]["areas_vs_baseline"]["greedy_pass@1"]["steps"]
+    assert steps["mean"] == pytest.approx(0.1) and steps["n"] == 2
+
+
+def checkpoint_study(root: Path) -> Path:
+    """Runs with token checkpoints every 1000 tokens (`train.eval_every_tokens`), each seed shifted alike:
+
+    grpo:   step 0 (0 tokens, checkpoint 0) 0.2; step 10 (1040, 1000) 0.4; step 15 (1500, none) 0.9;
+            step 20 (2100, 2000) 0.6; step 30 (3000, 3000) 0.7
+    better: step 0 (0, 0) 0.2; step 8 (1200, 1000) 0.5; step 20 (3050, 3000) 0.8, which serves 2000 and 3000
+    """
+    evals = {"grpo": [(0, 0, 0, 0.2), (10, 1040, 1000, 0.4), (15, 1500, None, 0.9), (20, 2100, 2000, 0.6),
+                      (30, 3000, 3000, 0.7)],
+             "better": [(0, 0, 0, 0.2), (8, 1200, 1000, 0.5), (20, 3050, 3000, 0.8)]}
+    study = {"name": "checkpoints", "seeds": [0, 1], "methods": {m: {"config": f"{m}.yaml"} for m in evals},
+             "difficulties": {"default": {}}, "report": {"baseline": "grpo", "oracle": None}}
+    root.mkdir()
+    (root / "study.yaml").write_text(yaml.safe_dump(study))
+    for method, points in evals.items():
+        for seed, shift in SHIFT.items():
+            path = root / "default" / method / f"seed{seed}"
+            path.mkdir(parents=True)
+            (path / "config.yaml").write_text(yaml.safe_dump({"train": {"eval_every_tokens": 1000}}))
+            records = []
+            for step, tokens, checkpoint, y in points:
+                y = y + shift if y > 0.2 else y
+                record = {"step": step, "rollout_tokens": tokens, "wall_s": step / 2,
+                          "eval": {"greedy_pass@1": y, "by_difficulty": {}}}
+                if checkpoint is not None:
+                    record["token_checkpoint"] = checkpoint
+                records.append(record)
+            (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+            summary = {"steps": points[-1][0], "rollout_tokens": points[-1][1], "wall_s": 10.0,
+                       "eval_end": records[-1]["eval"]}
+            (path / "summary.json").write_text(json.dumps(summary))
+    return root
+
+
+def test_areas_at_token_checkpoints_use_the_values_measured_there(tmp_path):
+    """Trapezoids over the checkpoints 0, 1000, 2000, 3000 (seed 0): grpo (0.3 + 0.5 + 0.65) / 3, skipping its
+    evaluation at 1500 tokens (0.9, on no checkpoint); better (0.35 + 0.65 + 0.8) / 3. Its evaluation at 3050
+    tokens serves checkpoint 2000: an overshoot of 1050 tokens, 105% of the spacing. At equal steps the two share
+    steps 0 and 20: (0.2 + 0.8) / 2 - (0.2 + 0.6) / 2."""
+    root = checkpoint_study(tmp_path / "study")
+    text = write_report(root).read_text()
+    saved = json.loads((root / "report.json").read_text())["default"]
+    assert saved["token_checkpoints"] == {"every": 1000, "budget": 3000, "largest_overshoot": 1.05}
+    assert saved["auc_tokens"] == 3000
+    assert saved["per_seed"]["grpo"]["0"]["area_tokens"]["greedy_pass@1"] == pytest.approx(1.45 / 3)
+    assert saved["per_seed"]["better"]["0"]["area_tokens"]["greedy_pass@1"] == pytest.approx(1.8 / 3)
+    better = {r["method"]: r for r in saved["methods"]}["better"]
+    assert better["auc_vs_baseline"]["mean"] == pytest.approx(0.35 / 3)
+    assert better["areas_vs_baseline"]["greedy_pass@1"]["steps"]["mean"] == pytest.approx(0.1)
+    assert "area ≤3k tok (token checkpoints)" in text
+    assert "token checkpoints 0, 1k, ..., 3k every run measured" in text and "105.0% of the spacing" in text
+    assert "interpolated between evaluations (the runs carry no token checkpoints" not in text
+
+
+def test_without_token_checkpoints_the_areas_say_they_are_interpolated(study_dir):
+    text = write_report(study_dir).read_text()
+    assert "area ≤2k tok (interpolated between evaluations)" in text
+    assert "Areas at equal rollout tokens are interpolated between evaluations" in text
+
+
+def noisy_study(root: Path) -> Path:
+    """Flat curves (a run's area is its height), three seeds; grpo at 0.3 on every seed, and per seed:
+
+    strong: 0.3 + (0.30, 0.31, 0.32)   paired t: p ~ 0.0007
+    marginal: 0.3 + (0.15, 0.20, 0.30) paired t: p ~ 0.039, below 0.05 on its own
+    null: 0.3 + (-0.10, 0.00, 0.10)    p = 1
+    """
+    heights = {"grpo": (0.3, 0.3, 0.3), "strong": (0.6, 0.61, 0.62), "marginal": (0.45, 0.5, 0.6),
+               "null": (0.2, 0.3, 0.4)}
+    study = {"name": "noisy", "seeds": [0, 1, 2], "methods": {m: {"config": f"{m}.yaml"} for m in heights},
+             "difficulties": {"default": {}}, "report": {"baseline": "grpo", "oracle": "strong"}}
+    root.mkdir()
+    (root / "study.yaml").write_text(yaml.safe_dump(study))
+    for method, by_seed in heights.items():
+        for seed, height in enumerate(by_seed):
+            make_run(root / "default" / method / f"seed{seed}", method, seed, (height,) * 3)
+    return root
+
+
+def marginal_p() -> float:
+    """The marginal contrast's paired t p-value by hand: df 2, P(|T| > t) = 1 - t / sqrt(2 + t^2)."""
+    diffs = [0.45 - 0.3, 0.5 - 0.3, 0.6 - 0.3]
+    mean = sum(diffs) / 3
+    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / 2)
+    t = mean / (sd / math.sqrt(3))
+    return 1 - t / math.sqrt(2 + t * t)
+
+
+def test_holm_removes_a_significance_the_raw_interval_shows(tmp_path):
+    """Three contrasts: Holm multiplies the second smallest p (marginal's, 0.039) by 2, past 0.05; the raw interval
+    still excludes 0, and the table shows it beside the adjusted p."""
+    root = noisy_study(tmp_path / "study")
+    text = write_report(root).read_text()
+    rows = {r["method"]: r for r in json.loads((root / "report.json").read_text())["default"]["methods"]}
+    marginal = rows["marginal"]["auc_vs_baseline"]
+    assert marginal["p"] == pytest.approx(marginal_p(), rel=1e-9) and marginal["p"] < 0.05 and marginal["low"] > 0
+    assert marginal["p_holm"] == pytest.approx(2 * marginal_p(), rel=1e-9)
+    assert marginal["verdict"] == "not distinguishable"
+    assert rows["strong"]["auc_vs_baseline"]["verdict"] == "beats"
+    assert rows["strong"]["auc_vs_baseline"]["p_holm"] == pytest.approx(3 * rows["strong"]["auc_vs_baseline"]["p"])
+    assert rows["null"]["auc_vs_baseline"]["p_holm"] == pytest.approx(1.0)
+    assert f"`marginal` is not distinguishable from `grpo` (area 0.517, paired difference +0.217, interval " in text
+    assert f"| not distinguishable ({2 * marginal_p():.3f}) |" in text
+    assert "Holm's correction over this regime's 3 contrasts" in text
+
+
+def test_the_detectable_effect_after_the_correction(tmp_path):
+    from credo.study.stats import detectable
+
+    root = noisy_study(tmp_path / "study")
+    text = write_report(root).read_text()
+    family = json.loads((root / "report.json").read_text())["default"]["family"]
+    sds = sorted([0.01, statistics.stdev([0.15, 0.2, 0.3]), 0.1])  # strong, marginal, null
+    assert family["contrasts"] == 3 and family["seeds"] == 3 and family["median_sd"] == pytest.approx(sds[1])
+    mde = detectable(sds[1], 3, 0.05 / 3)
+    assert family["mde"] == pytest.approx(mde)
+    assert f"Minimum detectable effect after the correction: {mde:.3f} in area at 80% power with 3 paired seeds" in text
+    assert "level 0.05/3 = 0.017, Bonferroni's bound, which is Holm's first step" in text
+
+
+def test_a_finding_whose_metrics_disagree_says_so_first(study_dir):
+    """`better` is ahead on every greedy measure and on final pass@1, but its final pass@4 (min(1, 1.5 y): 1.0 and
+    1.0 against 0.9 and 0.93) has an interval spanning 0 over two seeds."""
+    text = write_report(study_dir).read_text()
+    finding = next(line for line in text.splitlines() if line.startswith("- `better`"))
+    assert finding.startswith("- `better`'s metrics disagree (raw 95% intervals): ahead of `grpo` on the greedy_pass@1 "
+                              "area at equal rollout tokens, ")
+    assert "; not distinguishable on final pass@4. `better` beats `grpo` (area 0.557" in finding
+    worse = next(line for line in text.splitlines() if line.startswith("- `worse`"))
+    assert worse.startswith("- `worse` falls behind `grpo`")  # every measure exactly behind: they agree
+    assert "| metrics agree |" in text
+
+
+def test_a_report_written_without_per_seed_values_is_corrected_from_its_intervals(tmp_path):
+    """A report.json of the form before per-seed values: each contrast's p comes back from its interval (drawn with
+    the three-decimal table), Holm applies, the share keeps its value without an interval, and the report says what
+    it could not recompute."""
+    root = noisy_study(tmp_path / "study")
+    write_report(root, tmp_path / "written")
+    path = tmp_path / "written" / "report.json"
+    data = json.loads(path.read_text())
+    saved = data["default"]
+    for key in ("per_seed", "token_checkpoints", "family"):
+        del saved[key]
+    for row in saved["methods"]:  # the old row: the headline's steps area apart, no per-metric areas, no p
+        areas = row.pop("areas_vs_baseline")
+        row["steps_auc_vs_baseline"] = areas.get("greedy_pass@1", {}).get("steps")
+        for key in ("auc_vs_baseline", "auc_vs_like_for_like"):
+            if row[key]:
+                e = row[key]
+                half = (e["high"] - e["low"]) / 2 * {2: 4.303}[e["n"] - 1] / t_quantile(e["n"] - 1)
+                row[key] = {"mean": e["mean"], "low": e["mean"] - half, "high": e["mean"] + half, "n": e["n"]}
+    path.write_text(json.dumps(data))
+    text = write_report(tmp_path / "written", from_json=True).read_text()
+    rows = {r["method"]: r for r in json.loads(path.read_text())["default"]["methods"]}
+    assert rows["marginal"]["auc_vs_baseline"]["p"] == pytest.approx(marginal_p(), rel=1e-9)
+    assert rows["marginal"]["auc_vs_baseline"]["verdict"] == "not distinguishable"
+    assert rows["marginal"]["share_of_oracle_gain"]["low"] is None
+    assert "### What this report could not recompute" in text and "p-values recovered exactly" in text
+    assert "interval needs per-seed values (runs not committed)" in text
+    assert "Δ greedy_pass@1 area, equal steps (interpolated, over the steps both trained)" in text
+    again = write_report(tmp_path / "written", from_json=True).read_text()
+    assert again == text  # drawn again from what it wrote: the same

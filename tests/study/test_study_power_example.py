@@ -10,7 +10,8 @@ from example_scripts import load_example
 from test_report import make_run
 
 from credo.study.curves import Curve
-from credo.study.report import load_runs
+from credo.study.runs import load_runs
+from credo.study.stats import t_quantile
 
 
 def test_paired_spread_of_known_areas(tmp_path):
@@ -26,7 +27,7 @@ def test_paired_spread_of_known_areas(tmp_path):
     row = power.pair_spread(load_runs(tmp_path)[1]["default"], "new", "grpo", problems=100)
     assert (row["seeds"], row["budget"]) == (3, 2000)
     assert row["mean"] == pytest.approx(0.2) and row["sd"] == pytest.approx(0.1)
-    assert row["half_width"] == pytest.approx(4.303 * 0.1 / math.sqrt(3))
+    assert row["half_width"] == pytest.approx(t_quantile(2) * 0.1 / math.sqrt(3))  # t_{0.975, 2} = 4.303
     assert [row[f"seeds_for_{t}"] for t in power.TARGETS] == [power.seeds_for(row["sd"], t) for t in power.TARGETS]
     for sd in (0.037, 0.053, 0.11):  # the fewest seeds whose half-width reaches the target
         for target in power.TARGETS:

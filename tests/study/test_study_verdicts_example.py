@@ -36,39 +36,49 @@ def test_a_table_of_verdicts_across_reports(tmp_path):
     assert lines[0] == "| method | first · default | second · default |"
     rows = {line.split(" | ")[0].removeprefix("| "): line for line in lines[2:]}
     assert "`grpo`" not in rows  # the baseline has no difference to itself
-    assert rows["`better`"] == "| `better` | +0.150 ± 0.000 beats | +0.150 ± 0.000 beats |"
-    assert rows["`worse`"] == "| `worse` | -0.100 ± 0.000 falls behind | – |"
-    assert rows["`oracle_blame`"].count("+0.300 ± 0.000 beats") == 2
-    assert rows["`better` vs `worse`"] == "| `better` vs `worse` | +0.250 ± 0.000 beats | – |"
-    assert lines[-1] == "| achieved MDE (median half-width) | 0.000 | 0.000 |"
+    assert rows["`better`"] == "| `better` | +0.150 [+0.150, +0.150] beats (<0.001) | +0.150 [+0.150, +0.150] beats (<0.001) |"
+    assert rows["`worse`"] == "| `worse` | -0.100 [-0.100, -0.100] falls behind (<0.001) | – |"
+    assert rows["`oracle_blame`"].count("+0.300 [+0.300, +0.300] beats (<0.001)") == 2
+    assert rows["`better` vs `worse`"] == "| `better` vs `worse` | +0.250 [+0.250, +0.250] beats (<0.001) | – |"
+    assert lines[-2] == "| contrasts in the Holm family (m) | 4 | 2 |"
+    assert lines[-1].startswith("| MDE at 80% power after Holm (level 0.05 / m) | ")  # next test: its numbers
 
 
-def test_cells_say_when_a_difference_cannot_be_judged():
-    from credo.study.curves import Estimate
+def test_cells_carry_the_raw_interval_and_the_holm_verdict():
+    from credo.study.analysis import Contrast
+    from credo.study.stats import Estimate
 
     verdicts = load_example("study_verdicts")
     assert verdicts.cell(None) == "–"
-    assert verdicts.cell(Estimate(0.02, None, None, 1)) == "+0.020 (one seed)"
-    assert verdicts.cell(Estimate(0.01, -0.01, 0.03, 6)) == "+0.010 ± 0.020 not distinguishable"
-    assert verdicts.cell(Estimate(-0.05, -0.08, -0.02, 6)) == "-0.050 ± 0.030 falls behind"
-    assert verdicts.cell(Estimate(0.0, 0.0, 0.0, 6)) == "+0.000 ± 0.000 identical"  # the same runs (REINFORCE, GRPO)
-    assert verdicts.cell(Estimate(0.001, 0.001, 0.001, 6)) == "+0.001 ± 0.000 beats"  # exact but not zero
+    assert verdicts.cell(Contrast(Estimate(0.02, None, None, 1), None, None)) == "+0.020 (one seed)"
+    assert verdicts.cell(Contrast(Estimate(0.01, -0.01, 0.03, 6), 0.02, 0.3, 0.6)) == \
+        "+0.010 [-0.010, +0.030] not distinguishable (0.600)"
+    # a raw interval that excludes 0, not significant after Holm
+    assert verdicts.cell(Contrast(Estimate(-0.05, -0.08, -0.02, 6), 0.03, 0.01, 0.07)) == \
+        "-0.050 [-0.080, -0.020] not distinguishable (0.070)"
+    assert verdicts.cell(Contrast(Estimate(-0.05, -0.08, -0.02, 6), 0.03, 0.001, 0.004)) == \
+        "-0.050 [-0.080, -0.020] falls behind (0.004)"
+    assert verdicts.cell(Contrast(Estimate(0.0, 0.0, 0.0, 6), 0.0, 1.0, 1.0)) == "+0.000 [+0.000, +0.000] identical"
 
 
-def test_the_achieved_mde_is_the_median_half_width_at_the_baselines_seeds():
-    from types import SimpleNamespace
-
-    from credo.study.curves import Estimate
+def test_the_detectable_effect_row_is_the_reports(tmp_path):
+    """Noisy areas: the MDE row is the family's (`credo.study.analysis.Family`), as the report states it."""
+    import json
 
     verdicts = load_example("study_verdicts")
-
-    def row(method, seeds, half=None):
-        return SimpleNamespace(method=method, seeds=seeds,
-                               auc_vs_baseline=None if half is None else Estimate(0.0, -half, half, seeds))
-
-    rows = [row("grpo", 12), row("a", 12, 0.02), row("b", 12, 0.04), row("c", 12, 0.03), row("d", 6, 0.5)]
-    assert verdicts.achieved_mde("grpo", rows) == pytest.approx(0.03)  # d, on fewer seeds, is left out
-    assert verdicts.achieved_mde("grpo", rows[:1]) is None
+    root = tmp_path / "a"
+    study = {"name": "noisy", "seeds": [0, 1, 2], "methods": {m: {"config": f"{m}.yaml"} for m in ("grpo", "a", "b")},
+             "difficulties": {"default": {}}, "report": {"baseline": "grpo", "oracle": None}}
+    root.mkdir()
+    (root / "study.yaml").write_text(yaml.safe_dump(study))
+    heights = {"grpo": (0.3, 0.3, 0.3), "a": (0.4, 0.42, 0.47), "b": (0.3, 0.35, 0.31)}
+    for method, by_seed in heights.items():
+        for seed, height in enumerate(by_seed):
+            make_run(root / "default" / method / f"seed{seed}", method, seed, (height,) * 3)
+    write_report(root)
+    family = json.loads((root / "report.json").read_text())["default"]["family"]
+    last = verdicts.table([root]).splitlines()[-1]
+    assert family["mde"] > 0 and last == f"| MDE at 80% power after Holm (level 0.05 / m) | {family['mde']:.3f} (3 seeds) |"
 
 
 def test_common_keeps_the_rows_every_report_has(tmp_path):
@@ -79,5 +89,6 @@ def test_common_keeps_the_rows_every_report_has(tmp_path):
     second = written_report(tmp_path / "b", "second", skip=("worse",))
     text = verdicts.table([first, second], common=True)
     rows = [line.split(" | ")[0].removeprefix("| ") for line in text.splitlines()[2:]]
-    assert rows == ["`better`", "`oracle_blame`", "achieved MDE (median half-width)"]
+    assert rows == ["`better`", "`oracle_blame`", "contrasts in the Holm family (m)",
+                    "MDE at 80% power after Holm (level 0.05 / m)"]
     assert len(verdicts.table([first, second]).splitlines()) == len(rows) + 4  # without it: `worse` and the pair

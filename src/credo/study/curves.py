@@ -1,29 +1,27 @@
-"""The arithmetic of a comparison: curves, areas, crossings, intervals over seeds, the share of a gain.
+"""The geometry of learning curves: areas, measured points, crossings, the mean over seeds.
 
-A learning curve is a run's held-out metric at each evaluation against a cost axis (optimiser steps,
-rollout tokens or wall time), read as piecewise linear between evaluations. Everything here is a pure
-function of numbers; `credo.study.report` applies it to run directories.
+A learning curve is a run's held-out metric at each evaluation against a cost axis (optimiser steps, rollout
+tokens or wall time). Everything here is a pure function of numbers; `credo.study.seeds` applies it to runs.
 
-- `area`: the mean of the curve over `[0, budget]` (area under the curve divided by the budget), so an
-  area is on the metric's own scale (0-1) and runs of different lengths compare at an equal budget.
+- `area`: the mean of the curve over `[x_0, budget]` (area under the curve divided by the span), the curve read
+  as piecewise linear between evaluations (interpolated between them, and at the budget), so an area is on the
+  metric's own scale (0-1) and runs of different lengths compare at an equal budget.
+- `measured_area`: the same trapezoid mean over a grid of x values at which the curve was measured, from the
+  measured values alone (nothing interpolated); `common_x` gives the x values every curve of a comparison
+  measured (the steps both runs evaluated, or the token checkpoints every run reached), `measured_difference` the
+  difference of two curves' areas over the x both measured (an equal-step comparison).
+- `checkpoint_curve`: a run's values at its nominal token checkpoints (`train.eval_every_tokens`): each served by
+  the first evaluation at or after it, with the largest overshoot (tokens spent past the checkpoint).
 - `first_crossing`: the cost at which the curve first reaches a target (linear between evaluations).
-- `mean_interval`: mean and two-sided 95% Student-t interval over seeds.
-- `share_of_gain`: `(AUC_method - AUC_base) / (AUC_oracle - AUC_base)` over paired seeds, with a paired
-  bootstrap interval; undefined (None) when the oracle is no better than the base, never a division by 0.
+- `mean_curve`: the seeds' mean curve with its 95% interval on a common grid (for the figures).
 """
 
 from __future__ import annotations
 
-import math
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
-         11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093,
-         20: 2.086, 25: 2.060, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980}
-"""Two-sided 95% quantiles of Student's t by degrees of freedom; between entries the smaller df's (wider)."""
-
+from credo.study.stats import Estimate, mean_interval
 
 @dataclass(frozen=True)
 class Curve:
@@ -64,6 +62,70 @@ def area(curve: Curve, budget: float) -> float:
     return total / (budget - start)
 
 
+def measured_area(curve: Curve, grid: Sequence[float]) -> float:
+    """The trapezoid mean of the curve over `grid` (at least two increasing x values, each one the curve measured):
+    `sum_i (x_{i+1} - x_i) (y_i + y_{i+1}) / 2 / (x_last - x_first)` with `y_i` the measured value at `x_i`.
+
+    >>> measured_area(Curve((0, 5, 10, 20), (0.0, 0.9, 0.5, 1.0)), (0, 10, 20))  # the point at 5 is not on the grid
+    0.5
+    """
+    measured = dict(zip(curve.x, curve.y))
+    if len(grid) < 2 or any(b <= a for a, b in zip(grid, grid[1:])):
+        raise ValueError(f"an area needs at least two increasing grid points, got {tuple(grid)}")
+    missing = [x for x in grid if x not in measured]
+    if missing:
+        raise ValueError(f"the curve was not measured at {missing}: a measured area interpolates nothing")
+    ys = [measured[x] for x in grid]
+    total = sum((x1 - x0) * (y0 + y1) / 2 for x0, x1, y0, y1 in zip(grid, grid[1:], ys, ys[1:]))
+    return total / (grid[-1] - grid[0])
+
+
+def common_x(curves: Sequence[Curve], up_to: float | None = None) -> tuple[float, ...]:
+    """The x values every curve measured (at most `up_to`), increasing.
+
+    >>> common_x([Curve((0, 5, 10, 15, 20), (0,) * 5), Curve((0, 12, 20, 24), (0,) * 4)])  # every 5 and every 12
+    (0, 20)
+    """
+    shared = set(curves[0].x).intersection(*(c.x for c in curves[1:]))
+    return tuple(sorted(x for x in shared if up_to is None or x <= up_to))
+
+
+def measured_difference(ours: Curve, theirs: Curve) -> float | None:
+    """The difference of two curves' `measured_area`s over the x values both measured (`common_x`); None where they
+    share fewer than two. Below, over (0, 10): 0.4 - 0.3; the first curve's point at 5 is not used.
+
+    >>> round(measured_difference(Curve((0, 5, 10), (0.2, 0.3, 0.6)), Curve((0, 10, 20), (0.2, 0.4, 0.9))), 3)
+    0.1
+    """
+    grid = common_x([ours, theirs])
+    return None if len(grid) < 2 else measured_area(ours, grid) - measured_area(theirs, grid)
+
+
+def checkpoint_curve(records: Sequence[tuple[int, float, float]], every: int) -> tuple[Curve, float]:
+    """A run's values at its nominal token checkpoints, and its largest overshoot.
+
+    `records` are the run's evaluations at token checkpoints in order, each `(token_checkpoint, rollout_tokens,
+    value)`: the evaluation at the first step boundary at or after `token_checkpoint` tokens. A step that passed
+    several checkpoints evaluated once, recording the largest; its value serves every multiple of `every` above
+    the previous record's checkpoint. Returns the curve of `(k * every, value)` over the checkpoints served and
+    the largest `rollout_tokens - k * every` among them.
+
+    >>> curve, overshoot = checkpoint_curve([(0, 0, 0.1), (100, 104, 0.3), (300, 310, 0.5)], 100)
+    >>> curve.x, curve.y, overshoot  # the step that passed 200 and 300 serves both; 310 - 200 = 110
+    ((0, 100, 200, 300), (0.1, 0.3, 0.5, 0.5), 110)
+    """
+    xs, ys, overshoot, previous = [], [], 0, -1
+    for checkpoint, tokens, value in records:
+        if checkpoint % every or checkpoint <= previous:
+            raise ValueError(f"token checkpoint {checkpoint} is not the next multiple of {every} after {previous}")
+        for k in range(previous // every + 1, checkpoint // every + 1):
+            xs.append(k * every)
+            ys.append(value)
+            overshoot = max(overshoot, tokens - k * every)
+        previous = checkpoint
+    return Curve(tuple(xs), tuple(ys)), overshoot
+
+
 def first_crossing(curve: Curve, target: float) -> float | None:
     """The smallest x at which the curve reaches `target` (linear between points); None if it never does.
 
@@ -76,101 +138,6 @@ def first_crossing(curve: Curve, target: float) -> float | None:
         if y1 >= target:
             return float(x0 + (x1 - x0) * (target - y0) / (y1 - y0))
     return None
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """A mean over seeds with its 95% interval (`low`, `high` are None with fewer than two values)."""
-
-    mean: float
-    low: float | None
-    high: float | None
-    n: int
-
-    @property
-    def half_width(self) -> float | None:
-        """Half the width of the 95% interval (None without one)."""
-        return None if self.low is None else (self.high - self.low) / 2
-
-    def __str__(self) -> str:
-        if self.low is None:
-            return f"{self.mean:.3f}"
-        return f"{self.mean:.3f} ± {self.half_width:.3f}"
-
-
-def t_quantile(df: int) -> float:
-    """Two-sided 95% Student-t quantile for `df >= 1` degrees of freedom (table, rounded towards wider)."""
-    if df < 1:
-        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
-    return T_975[max(k for k in T_975 if k <= df)] if df <= 120 else 1.960
-
-
-def mean_interval(values: Sequence[float]) -> Estimate:
-    """Mean and 95% t-interval `mean ± t_{0.975, n-1} * sd / sqrt(n)` (sample sd, ddof 1).
-
-    >>> str(mean_interval([1.0, 2.0, 3.0]))  # sd 1, t(2) = 4.303: 2 ± 4.303 / sqrt(3)
-    '2.000 ± 2.484'
-    """
-    if not values:
-        raise ValueError("mean_interval needs at least one value")
-    n = len(values)
-    mean = sum(values) / n
-    if n < 2:
-        return Estimate(mean, None, None, n)
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    half = t_quantile(n - 1) * sd / math.sqrt(n)
-    return Estimate(mean, mean - half, mean + half, n)
-
-
-@dataclass(frozen=True)
-class Share:
-    """Share of the oracle's gain a method recovers; `value` None when undefined (oracle no better than
-    the base), `low`/`high` None when the interval is unbounded (some resample has no oracle gain)."""
-
-    value: float | None
-    low: float | None
-    high: float | None
-    seeds: int
-
-    def __str__(self) -> str:
-        if self.value is None:
-            return "undefined (oracle no better than baseline)"
-        interval = "unbounded" if self.low is None else f"{self.low:.2f} to {self.high:.2f}"
-        return f"{self.value:.2f} [{interval}]"
-
-
-def share_of_gain(method: Sequence[float], base: Sequence[float], oracle: Sequence[float], *,
-                  resamples: int = 2000, seed: int = 0) -> Share:
-    """`mean(method - base) / mean(oracle - base)` over paired seeds, with a 95% paired-bootstrap interval.
-
-    `method[i]`, `base[i]`, `oracle[i]` are one seed's scores (e.g. AUCs). The share is 0 for a method no
-    better than the base, 1 for one as good as the oracle, negative for one worse than the base. If the
-    oracle's mean gain is not positive the share is undefined (`value` None). A resample whose oracle gain
-    is not positive makes the interval unbounded (`low`, `high` None): the data cannot bound the share.
-
-    >>> str(share_of_gain([0.6, 0.7], [0.5, 0.6], [0.7, 0.8], resamples=100))
-    '0.50 [0.50 to 0.50]'
-    """
-    if not len(method) == len(base) == len(oracle) > 0:
-        raise ValueError(f"share_of_gain needs paired seeds: got {len(method)}, {len(base)} and {len(oracle)} scores")
-    gains = [m - b for m, b in zip(method, base)]
-    oracle_gains = [o - b for o, b in zip(oracle, base)]
-    n = len(gains)
-    if sum(oracle_gains) <= 0:
-        return Share(None, None, None, n)
-    value = sum(gains) / sum(oracle_gains)
-    if n < 2:
-        return Share(value, None, None, n)
-    rng = random.Random(seed)
-    draws = []
-    for _ in range(resamples):
-        picks = [rng.randrange(n) for _ in range(n)]
-        denominator = sum(oracle_gains[i] for i in picks)
-        if denominator <= 0:
-            return Share(value, None, None, n)
-        draws.append(sum(gains[i] for i in picks) / denominator)
-    draws.sort()
-    return Share(value, draws[int(0.025 * (resamples - 1))], draws[int(0.975 * (resamples - 1))], n)
 
 
 def mean_curve(curves: Sequence[Curve], points: int | None = 60) -> tuple[list[float], list[Estimate]]:

@@ -1,0 +1,111 @@
+"""A study's finished runs as the report reads them: their evaluations, gradient norms and summaries.
+
+`load_runs` reads a study directory written by `credo compare` (`<difficulty>/<method>/seed<k>/metrics.jsonl`,
+`summary.json` and `config.yaml`), streaming the logs line by line; a run without `summary.json` is not finished
+and is left out. A `Run` gives its curve of a metric against a cost axis (`credo.study.curves.Curve`), its
+token-checkpoint curve (`train.eval_every_tokens`) and whether it was unstable.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from credo.io import iter_jsonl
+from credo.study.curves import Curve, checkpoint_curve
+from credo.study.grid import STUDY_FILE, run_path
+
+EXPLODED = 10.0
+"""A run's gradient norm *explodes* at a step whose norm exceeds this multiple of the run's median norm."""
+
+
+class NoFinishedRuns(ValueError):
+    """A study directory without a single finished run: nothing to report (an existing report is kept)."""
+
+
+@dataclass(frozen=True)
+class Run:
+    method: str
+    seed: int
+    path: Path
+    evals: list[dict]
+    """Eval records: `step`, `rollout_tokens`, `wall_s`, `eval` (the metrics), and `token_checkpoint` where the
+    evaluation served one."""
+    summary: dict
+    grad_norms: tuple[float, ...] = ()
+    """Each optimiser step's gradient norm before clipping (`grad_norm` of the step records that have one)."""
+    eval_every_tokens: int | None = None
+    """The run's `train.eval_every_tokens` (None: no token checkpoints)."""
+
+    def unstable(self, metric: str) -> bool:
+        """Whether the run collapsed (its last evaluation of `metric` below its first) or its gradient norm exploded
+        (a step above `EXPLODED` times the run's median)."""
+        curve = self.curve(metric, "step")
+        norms = sorted(self.grad_norms)
+        exploded = bool(norms) and norms[-1] > EXPLODED * norms[len(norms) // 2]
+        return curve.y[-1] < curve.y[0] or exploded
+
+    def curve(self, metric: str, axis: str) -> Curve:
+        points = [(r[axis], r["eval"][metric]) for r in self.evals if metric in r["eval"]]
+        if not points:
+            raise ValueError(f"{self.path}: no evaluation holds the metric {metric!r}; it has {sorted(self.evals[0]['eval'])}")
+        return Curve(tuple(float(x) for x, _ in points), tuple(float(y) for _, y in points))
+
+    def checkpoint_curve(self, metric: str) -> tuple[Curve, float] | None:
+        """`metric` at the run's nominal token checkpoints and their largest overshoot in tokens
+        (`credo.study.curves.checkpoint_curve`); None for a run without token checkpoints."""
+        records = [(r["token_checkpoint"], r["rollout_tokens"], r["eval"][metric]) for r in self.evals
+                   if r.get("token_checkpoint") is not None and metric in r["eval"]]
+        if self.eval_every_tokens is None or not records:
+            return None
+        return checkpoint_curve(records, self.eval_every_tokens)
+
+    def has_curve(self, metric: str) -> bool:
+        """Whether the run evaluated `metric` at least twice (not only at its end, `eval.final_samples`)."""
+        return sum(metric in e["eval"] for e in self.evals) >= 2
+
+
+def load_runs(directory: Path) -> tuple[dict, dict[str, dict[str, list[Run]]]]:
+    """The study file and its finished runs: `{difficulty: {method: [runs by seed]}}` in the study's order."""
+    study_file = directory / STUDY_FILE
+    if not study_file.exists():
+        raise FileNotFoundError(f"{directory} is not a study directory (no {STUDY_FILE}); run `credo compare` first")
+    study = yaml.safe_load(study_file.read_text())
+    out: dict[str, dict[str, list[Run]]] = {}
+    for difficulty in study["difficulties"]:
+        out[difficulty] = {}
+        for method in study["methods"]:
+            runs = []
+            for seed in seeds_of(study, method):
+                path = run_path(directory, difficulty, method, seed)
+                if (path / "summary.json").exists():
+                    runs.append(read_run(path, method, seed))
+            out[difficulty][method] = runs
+    return study, out
+
+
+def read_run(path: Path, method: str, seed: int) -> Run:
+    """One finished run's folder."""
+    evals, norms = [], []
+    for record in iter_jsonl(path / "metrics.jsonl"):
+        if "eval" in record:
+            evals.append(record)
+        elif "grad_norm" in record:
+            norms.append(float(record["grad_norm"]))
+    config = path / "config.yaml"
+    every = (yaml.safe_load(config.read_text()) or {}).get("train", {}).get("eval_every_tokens") if config.exists() else None
+    return Run(method, seed, path, evals, json.loads((path / "summary.json").read_text()), tuple(norms), every)
+
+
+def seeds_of(study: dict, method: str) -> list[int]:
+    """A method's seeds in a resolved study file: its own, else the study's."""
+    return study["methods"][method].get("seeds") or study["seeds"]
+
+
+def final_metrics(runs: list[Run]) -> list[str]:
+    """The eval metrics every run reports (greedy_pass@1, pass@k, avg@n), in the runs' order."""
+    keys = [k for k in runs[0].summary["eval_end"] if k != "by_difficulty"]
+    return [k for k in keys if all(k in r.summary["eval_end"] for r in runs)]

@@ -1,0 +1,271 @@
+"""The words and tables of a regime's report: the verdict table, every metric's table, the findings, the glossary.
+
+Each is a function of a `credo.study.analysis.DifficultyResult`: `table` (the headline metric: areas, the paired
+differences with their raw 95% intervals beside the Holm verdicts, the share of the oracle's gain, cost),
+`metrics_table` (every compared metric's paired differences to the baseline), `regime_notes` (the family, its
+detectable effect, how the areas were measured), `findings` (plain-word sentences; a method whose metrics
+disagree says so first), `unrecomputed` (what a report without per-seed values could not recompute) and
+`glossary` (every column).
+"""
+
+from __future__ import annotations
+
+from credo.study.analysis import ALPHA, POWER, Contrast, DifficultyResult, MethodRow, disagreement
+from credo.study.document import Block, Bullets, Heading, Paragraph, Table
+from credo.study.grid import ReportConfig
+from credo.study.runs import EXPLODED
+from credo.study.stats import Estimate
+
+NEEDS_RUNS = "needs per-seed values (runs not committed)"
+
+
+def tokens_text(n: float) -> str:
+    """A token count as `900k` or `1.20M`."""
+    return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.0f}k"
+
+
+def bracketed(e: Estimate) -> str:
+    """A paired difference as a table cell: `+0.024 [-0.018, +0.065]` (the raw 95% interval in brackets)."""
+    if e.low is None:
+        return f"{e.mean:+.3f}"
+    return f"{e.mean:+.3f} [{e.low:+.3f}, {e.high:+.3f}]"
+
+
+def p_text(p: float) -> str:
+    """A p-value to three decimals, `<0.001` below."""
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def verdict_cell(c: Contrast) -> str:
+    """A contrast's verdict with its Holm-adjusted p: `beats (0.003)`; `identical` and `one seed` alone."""
+    if c.p_holm is None or c.verdict == "identical":
+        return c.verdict
+    return f"{c.verdict} ({p_text(c.p_holm)})"
+
+
+def signed(e: Estimate) -> str:
+    """A paired difference in a sentence: `+0.024, interval -0.018 to +0.065`."""
+    if e.low is None:
+        return f"{e.mean:+.3f}"
+    return f"{e.mean:+.3f}, interval {e.low:+.3f} to {e.high:+.3f}"
+
+
+def tested(c: Contrast) -> str:
+    """A contrast in a sentence: `signed` with its Holm-adjusted p."""
+    return signed(c.estimate) + ("" if c.p_holm is None else f", Holm p {p_text(c.p_holm)}")
+
+
+def verb(c: Contrast) -> str:
+    """A contrast's verdict as the verb of a findings sentence."""
+    said = c.verdict
+    return {"one seed": "cannot be told apart (one seed) from", "not distinguishable": "is not distinguishable from",
+            "identical": "is identical on every seed to"}.get(said, said)
+
+
+def share_text(row: MethodRow, result: DifficultyResult) -> str:
+    """The share of the oracle's gain; a report without per-seed values keeps its value and has no interval."""
+    if result.per_seed or row.share.value is None:
+        return str(row.share)
+    return f"{row.share.value:.2f} [interval {NEEDS_RUNS}]"
+
+
+def area_header(result: DifficultyResult) -> str:
+    where = "token checkpoints" if result.token_grid else "interpolated between evaluations"
+    return f"area ≤{tokens_text(result.budget)} tok ({where})"
+
+
+def table(result: DifficultyResult, report: ReportConfig) -> Table:
+    """The headline metric's table: a row per method."""
+    reported = {k for r in result.rows for k in r.final}
+    columns = [
+        ("method", lambda r: f"`{r.method}`"),
+        ("seeds", lambda r: str(r.seeds)),
+        *((f"final {k}", lambda r, k=k: str(r.final[k]) if k in r.final else "–") for k in result.metrics if k in reported),
+        (area_header(result), lambda r: str(r.auc)),
+        (f"Δ area vs {report.baseline} (raw 95%)", lambda r: bracketed(r.auc_vs_baseline.estimate) if r.auc_vs_baseline else "–"),
+        ("verdict (Holm p)", lambda r: verdict_cell(r.auc_vs_baseline) if r.auc_vs_baseline else "–"),
+    ]
+    if report.like_for_like:
+        columns += [
+            ("Δ area vs like-for-like (raw 95%)",
+             lambda r: f"{bracketed(r.auc_vs_like.estimate)} vs `{r.like_for_like}`" if r.auc_vs_like else "–"),
+            ("verdict vs like-for-like (Holm p)", lambda r: verdict_cell(r.auc_vs_like) if r.auc_vs_like else "–"),
+        ]
+    if report.oracle:
+        columns.append((f"share of {report.oracle} gain (Fieller 95%)",
+                        lambda r: share_text(r, result) if r.share else "–"))
+    columns += [
+        (f"tokens to {report.baseline} final ({result.target:.3f})",
+         lambda r: f"{tokens_text(r.tokens_to_target.mean)} ({r.reached}/{r.seeds})" if r.tokens_to_target
+         else f"not reached (0/{r.seeds})"),
+        ("blame precision", lambda r: str(r.blame_precision) if r.blame_precision else "–"),
+        ("unstable runs", lambda r: f"{r.unstable}/{r.seeds}"),
+        ("rollout tokens", lambda r: tokens_text(r.rollout_tokens.mean)),
+        ("wall s", lambda r: f"{r.wall_s.mean:.0f}"),
+    ]
+    return Table(tuple(name for name, _ in columns), tuple(tuple(cell(r) for _, cell in columns) for r in result.rows))
+
+
+def metrics_table(result: DifficultyResult, report: ReportConfig) -> Table:
+    """Every compared metric's paired differences to the baseline (raw 95% intervals): its areas at equal rollout
+    tokens and at equal steps where it has curves, its final; columns without a number are left out."""
+    steps = "equal steps" + ("" if result.per_seed else " (interpolated, over the steps both trained)")
+    columns = [("method", lambda r: f"`{r.method}`")]
+    for metric in result.metrics:
+        for axis, label in (("tokens", "equal tokens"), ("steps", steps)):
+            columns.append((f"Δ {metric} area, {label}", lambda r, m=metric, a=axis:
+                            bracketed(r.areas_vs_baseline[m][a]) if a in r.areas_vs_baseline.get(m, {}) else "–"))
+        columns.append((f"Δ final {metric}", lambda r, m=metric:
+                        bracketed(r.final_vs_baseline[m]) if m in r.final_vs_baseline else "–"))
+    columns.append(("metrics agree", lambda r: "no" if disagreement(r, result) else "yes"))
+    rows = [r for r in result.rows if r.method != report.baseline and r.auc_vs_baseline is not None]
+    cells = [[cell(r) for _, cell in columns] for r in rows]
+    keep = [i for i in range(len(columns)) if i == 0 or any(c[i] != "–" for c in cells)]
+    return Table(tuple(columns[i][0] for i in keep), tuple(tuple(c[i] for i in keep) for c in cells))
+
+
+def regime_notes(result: DifficultyResult, report: ReportConfig) -> list[Paragraph]:
+    """How the regime's verdicts and areas were made: the family, its detectable effect, the areas' points."""
+    family = result.family
+    notes = [f"Verdicts: Holm's correction over this regime's {family.size} contrasts (each method's paired difference "
+             f"of the {result.metric} area to `{report.baseline}`'s"
+             + (", and to its like-for-like baseline's" if report.like_for_like else "")
+             + f") at family-wise level {ALPHA:g}; the tables give each raw 95% interval beside the Holm-adjusted p."]
+    if family.mde is not None:
+        notes.append(f"Minimum detectable effect after the correction: {family.mde:.3f} in area at {POWER:.0%} power "
+                     f"with {family.seeds} paired seeds (paired t-test at level {ALPHA:g}/{family.size} = "
+                     f"{family.level:.2g}, Bonferroni's bound, which is Holm's first step and so conservative; median "
+                     f"paired sd {family.sd:.3f} of the {family.counted} contrasts at {family.seeds} seeds). A smaller "
+                     "true effect may be reported as not distinguishable.")
+    grid = result.token_grid
+    if grid is not None:
+        notes.append(f"Areas at equal rollout tokens are trapezoid means over the token checkpoints 0, "
+                     f"{tokens_text(grid.every)}, ..., {tokens_text(grid.budget)} every run measured "
+                     f"(`train.eval_every_tokens`), of the values measured there; the largest overshoot of an "
+                     f"evaluation past its checkpoint is {grid.overshoot:.1%} of the spacing.")
+    else:
+        notes.append(f"Areas at equal rollout tokens are interpolated between evaluations (the runs carry no token "
+                     f"checkpoints, `train.eval_every_tokens`): each curve is read as linear between its evaluations "
+                     f"up to {tokens_text(result.budget)}.")
+    notes[-1] += (" Areas at equal steps use the steps both runs of a pair evaluated." if result.per_seed else
+                  " Areas at equal steps were computed, before the report kept per-seed values, over the steps both "
+                  "runs trained, each curve interpolated between its own evaluations.")
+    finals_only = [m for m in result.metrics if m not in result.curve_metrics]
+    if finals_only and result.per_seed:
+        notes.append(f"{_names(finals_only)} {'was' if len(finals_only) == 1 else 'were'} measured only at the final "
+                     "evaluation (`eval.final_samples`): finals, no areas.")
+    return [Paragraph(" ".join(notes[:2])), Paragraph(" ".join(notes[2:]))]
+
+
+def unrecomputed(result: DifficultyResult, drawn: list[str]) -> Paragraph:
+    """What a report written without per-seed values could not recompute (`drawn`: the metrics whose mean curves it
+    kept)."""
+    others = [m for m in result.metrics if m != result.metric]
+    with_curves, final_only = [m for m in others if m in drawn], [m for m in others if m not in drawn]
+    parts = ["The runs are not committed and this report's `report.json` was written before the report kept per-seed "
+             "values. Per-seed values: the verdicts use p-values recovered exactly from the written 95% t-intervals "
+             "(t = mean / (half-width / t_{0.975, n-1}), n - 1 degrees of freedom); the share of the oracle's gain keeps "
+             "its value, but Fieller's interval needs each seed's areas; no contrast between two cells other than "
+             "those written can be made (`examples/contrast.py`)."]
+    if with_curves:
+        parts.append(f"Areas of the sampled metrics: {_names(with_curves)} have curves only as means over seeds, so "
+                     "their paired area differences need the runs.")
+    if final_only:
+        parts.append(f"{_names(final_only)} {'was' if len(final_only) == 1 else 'were'} measured only at the final "
+                     "evaluation: finals, no areas.")
+    if not any(r.final_vs_baseline for r in result.rows):
+        parts.append("The paired differences of the final metrics: this `report.json` predates them.")
+    parts.append("Measured-point alignment: the areas at equal tokens are interpolated between evaluations (the runs "
+                 "had no token checkpoints)" + (", and the areas at equal steps interpolate each curve between its own "
+                 "evaluations over the steps both runs trained, where restricting them to the steps both runs evaluated "
+                 "needs the runs." if any("steps" in a for r in result.rows for a in r.areas_vs_baseline.values())
+                 else "; this report has no areas at equal steps."))
+    return Paragraph(" ".join(parts))
+
+
+def _names(metrics: list[str]) -> str:
+    quoted = [f"`{m}`" for m in metrics]
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
+
+
+def disagreement_sentence(row: MethodRow, result: DifficultyResult, baseline: str) -> str:
+    """`"`m`'s metrics disagree (raw 95% intervals): ahead of `b` on ...; behind on ...; not distinguishable on
+    ... ."` where they do (`analysis.disagreement`); empty otherwise."""
+    sides = disagreement(row, result)
+    if sides is None:
+        return ""
+    said = [f"{label} {', '.join(sides[side])}" for side, label in
+            ((1, f"ahead of `{baseline}` on"), (-1, "behind on"), (0, "not distinguishable on")) if side in sides]
+    return f"`{row.method}`'s metrics disagree (raw 95% intervals): {'; '.join(said)}. "
+
+
+def findings(result: DifficultyResult, report: ReportConfig) -> list[str]:
+    """Plain-word sentences: each method against the baseline, and against the oracle's gain."""
+    rows = {r.method: r for r in result.rows}
+    base = rows[report.baseline]
+    base_tokens = base.tokens_to_target.mean if base.tokens_to_target else None
+    out = [f"`{report.baseline}` (the baseline) ends at {result.metric} {base.final[result.metric]} and averages "
+           f"{base.auc} over the first {result.budget:,.0f} rollout tokens (mean ± 95% interval over {base.seeds} seeds)."]
+    oracle = rows.get(report.oracle)
+    if oracle is not None and oracle.auc_vs_baseline is not None:
+        gain = oracle.auc_vs_baseline
+        out.append(disagreement_sentence(oracle, result, report.baseline)
+                   + f"The yardstick `{report.oracle}` {verb(gain)} `{report.baseline}` (paired difference of the "
+                   f"areas {tested(gain)}); a method's share of this gain says how much of perfect blame it recovers.")
+    largest = next((m for m in result.metrics if m.startswith("pass@") and m != "pass@1"), None)
+    for row in result.rows:
+        if row.method in (report.baseline, report.oracle) or row.auc_vs_baseline is None:
+            continue
+        diff = row.auc_vs_baseline
+        sentence = (disagreement_sentence(row, result, report.baseline)
+                    + f"`{row.method}` {verb(diff)} `{report.baseline}` (area {row.auc.mean:.3f}, paired difference "
+                    f"{tested(diff)})")
+        if row.auc_vs_like is not None:
+            sentence += f"; it {verb(row.auc_vs_like)} its like-for-like `{row.like_for_like}` ({tested(row.auc_vs_like)})"
+        if largest and largest in row.final_vs_baseline:
+            sentence += f"; final {largest} {signed(row.final_vs_baseline[largest])} against the baseline's"
+        if row.share is not None:
+            sentence += f"; share of the oracle's gain {share_text(row, result)}"
+        if row.reached == 0:
+            sentence += f"; it never reached the baseline's final {result.metric} ({result.target:.3f})"
+        elif base_tokens:
+            sentence += (f"; it reached the baseline's final score in {row.reached} of {row.seeds} seeds, after "
+                         f"{row.tokens_to_target.mean / base_tokens:.2f}x the baseline's tokens")
+        out.append(sentence + ".")
+    return out
+
+
+def glossary() -> list[Block]:
+    return [Heading("How to read the tables", 3), Bullets((
+        "final: the held-out metric at the last evaluation (mean ± half-width of the 95% Student-t interval over seeds).",
+        "area: the mean height of the learning curve against rollout tokens, from 0 to the budget in the header (the "
+        "smallest final budget in the grid unless the study sets `report.auc_tokens`): equal cost for every method. "
+        "\"token checkpoints\": the trapezoid mean over the nominal checkpoints 0, X, 2X, ... every run measured "
+        "(`train.eval_every_tokens`), of the values measured there; \"interpolated between evaluations\": the curve "
+        "read as linear between the evaluations a run happened to make (runs without token checkpoints).",
+        "Δ area (raw 95%): the paired difference to the baseline's area, seed by seed, with its 95% t-interval in "
+        "brackets, not corrected for the number of contrasts; vs like-for-like: to the baseline the study names for "
+        "the method (`report.like_for_like`: the same optimiser steps per batch and learning rate).",
+        "verdict (Holm p): beats / falls behind / not distinguishable, from the two-sided paired t-test's p-value "
+        f"after Holm's (1979) correction over the regime's family (every Δ area vs the baseline and vs a like-for-like "
+        f"baseline): p~_(i) = max over j <= i of min(1, (m - j + 1) p_(j)) for the sorted p-values, significant "
+        f"below {ALPHA:g}; identical: every seed's difference is 0 (the same runs); one seed: no test. A raw interval "
+        "that excludes 0 with a verdict of not distinguishable did not survive the correction.",
+        "every metric's table: the paired differences to the baseline of greedy pass@1, sampled pass@1 and the "
+        "largest pass@k: their areas at equal rollout tokens, at equal optimiser steps (each pair of runs over the "
+        "steps both evaluated: a method that spends more tokens per step trains fewer steps) and their finals (pass@k "
+        "unbiased, from the final samples); a metric evaluated only at the end has no area. metrics agree: no when "
+        "the raw intervals of these differences do not all lie on the same side of 0 (or all span it).",
+        "unstable runs: runs whose last evaluation fell below their first, or whose gradient norm at some step exceeded "
+        f"{EXPLODED:g}x the run's median.",
+        "share of the oracle's gain: mean(area − baseline's) / mean(oracle's − baseline's) over paired seeds; 1 "
+        "recovers all of perfect blame, 0 none, negative is worse than the baseline; undefined when the oracle is no "
+        "better than the baseline. Its interval is Fieller's (1954): the ratios r for which the paired t-test of "
+        "(method − baseline) − r (oracle − baseline) does not reject at 5%; unbounded when the oracle's gain is not "
+        "significantly above 0.",
+        "tokens to baseline final: rollout tokens until the curve first reaches the baseline's mean final score "
+        "(linear between evaluations), over the seeds that reached it.",
+        "blame precision: share of failed responses' negative credit (−dLoss/dlogp) on or after their first wrong step, "
+        "averaged over training steps (`credo.diagnostics`).",
+        "rollout tokens: every generated token (seeds, discarded draws, localisation, revisions), the cost axis.",
+    ))]
