@@ -160,8 +160,8 @@ def plot_differences(result: DifficultyResult, baseline: str, path: Path, title:
     ax.axvline(0, color="black", linewidth=0.8)
     ax.set_yticks(range(len(rows)), [r.method for r in reversed(rows)])
     ax.set_ylim(-0.7, len(rows) - 0.3)
-    ax.set(xlabel=f"paired difference of the area to {baseline}'s (≤{tokens_text(result.budget)} rollout tokens"
-                  + (", one seed: no interval)" if single else ", raw 95% interval; colour: Holm verdict)"), title=title)
+    ax.set(xlabel=f"paired Δ area vs {baseline} (≤{tokens_text(result.budget)} rollout tokens"
+                  + (", one seed: no interval)" if single else "; raw 95% interval, colour: Holm verdict)"), title=title)
     ax.grid(axis="x", alpha=0.3)
     labels = {"beats": f"beats {baseline}", "falls behind": f"falls behind {baseline}",
               "not distinguishable": f"not distinguishable from {baseline}", "identical": f"identical to {baseline}",

@@ -161,11 +161,13 @@ def write_report(directory: str | Path, output: str | Path | None = None, *, htm
         blocks.append(Heading(f"{difficulty}" if len(results) > 1 else "Results"))
         if saved.unfinished:
             blocks.append(Paragraph(f"Unfinished (finished seeds / all): {', '.join(saved.unfinished)}."))
-        blocks += [*regime_notes(result, report), table(result, report),
-                   Heading("Every metric", 3), Paragraph(
-                       f"Paired differences to `{report.baseline}` of every compared metric, with raw 95% intervals; "
-                       f"the verdicts above are the headline's ({result.metric} area at equal rollout tokens)."),
-                   metrics_table(result, report), Heading("Findings", 3), Bullets(tuple(findings(result, report)))]
+        blocks += [*regime_notes(result, report), table(result, report)]
+        every_metric = metrics_table(result, report)
+        if every_metric is not None:
+            blocks += [Heading("Every metric", 3), Paragraph(
+                f"Paired differences to `{report.baseline}` of every compared metric, with raw 95% intervals; the "
+                f"verdicts above are the headline's ({result.metric} area at equal rollout tokens)."), every_metric]
+        blocks += [Heading("Findings", 3), Bullets(tuple(findings(result, report)))]
         names = {metric: f"plots/{difficulty}_{metric.replace('@', '_at_')}.png" for metric in saved.metrics()}
         if saved.curves is None:  # figures an earlier version drew, where they are
             names = {metric: name for metric, name in names.items() if (directory / name).exists()}

@@ -194,6 +194,8 @@ class Share:
     def __str__(self) -> str:
         if self.value is None:
             return "undefined (oracle no better than baseline)"
+        if self.seeds < 2:
+            return f"{self.value:.2f} (one seed)"
         interval = "unbounded" if self.low is None else f"{self.low:.2f} to {self.high:.2f}"
         return f"{self.value:.2f} [{interval}]"
 

@@ -10,7 +10,16 @@ disagree says so first), `unrecomputed` (what a report without per-seed values c
 
 from __future__ import annotations
 
-from credo.study.analysis import ALPHA, POWER, Contrast, DifficultyResult, MethodRow, disagreement
+from credo.study.analysis import (
+    ALPHA,
+    POWER,
+    Contrast,
+    DifficultyResult,
+    MethodRow,
+    direction,
+    disagreement,
+    measures,
+)
 from credo.study.document import Block, Bullets, Heading, Paragraph, Table
 from credo.study.grid import ReportConfig
 from credo.study.runs import EXPLODED
@@ -64,7 +73,7 @@ def verb(c: Contrast) -> str:
 
 def share_text(row: MethodRow, result: DifficultyResult) -> str:
     """The share of the oracle's gain; a report without per-seed values keeps its value and has no interval."""
-    if result.per_seed or row.share.value is None:
+    if result.per_seed or row.share.value is None or row.share.seeds < 2:
         return str(row.share)
     return f"{row.share.value:.2f} [interval {NEEDS_RUNS}]"
 
@@ -106,9 +115,10 @@ def table(result: DifficultyResult, report: ReportConfig) -> Table:
     return Table(tuple(name for name, _ in columns), tuple(tuple(cell(r) for _, cell in columns) for r in result.rows))
 
 
-def metrics_table(result: DifficultyResult, report: ReportConfig) -> Table:
+def metrics_table(result: DifficultyResult, report: ReportConfig) -> Table | None:
     """Every compared metric's paired differences to the baseline (raw 95% intervals): its areas at equal rollout
-    tokens and at equal steps where it has curves, its final; columns without a number are left out."""
+    tokens and at equal steps where it has curves, its final; columns without a number are left out. None when
+    nothing but the headline's area at equal tokens (the verdict table's) was measured."""
     steps = "equal steps" + ("" if result.per_seed else " (interpolated, over the steps both trained)")
     columns = [("method", lambda r: f"`{r.method}`")]
     for metric in result.metrics:
@@ -117,20 +127,24 @@ def metrics_table(result: DifficultyResult, report: ReportConfig) -> Table:
                             bracketed(r.areas_vs_baseline[m][a]) if a in r.areas_vs_baseline.get(m, {}) else "–"))
         columns.append((f"Δ final {metric}", lambda r, m=metric:
                         bracketed(r.final_vs_baseline[m]) if m in r.final_vs_baseline else "–"))
-    columns.append(("metrics agree", lambda r: "no" if disagreement(r, result) else "yes"))
+    columns.append(("metrics agree", lambda r: "–" if sum(direction(e) is not None for _, e in measures(r, result)) < 2
+                    else "no" if disagreement(r, result) else "yes"))
     rows = [r for r in result.rows if r.method != report.baseline and r.auc_vs_baseline is not None]
     cells = [[cell(r) for _, cell in columns] for r in rows]
     keep = [i for i in range(len(columns)) if i == 0 or any(c[i] != "–" for c in cells)]
+    if len(keep) <= 2:
+        return None
     return Table(tuple(columns[i][0] for i in keep), tuple(tuple(c[i] for i in keep) for c in cells))
 
 
 def regime_notes(result: DifficultyResult, report: ReportConfig) -> list[Paragraph]:
     """How the regime's verdicts and areas were made: the family, its detectable effect, the areas' points."""
     family = result.family
-    notes = [f"Verdicts: Holm's correction over this regime's {family.size} contrasts (each method's paired difference "
-             f"of the {result.metric} area to `{report.baseline}`'s"
-             + (", and to its like-for-like baseline's" if report.like_for_like else "")
-             + f") at family-wise level {ALPHA:g}; the tables give each raw 95% interval beside the Holm-adjusted p."]
+    contrasts = (f"each method's paired difference of the {result.metric} area to `{report.baseline}`'s"
+                 + (", and to its like-for-like baseline's" if report.like_for_like else ""))
+    notes = [f"Verdicts: Holm's correction over this regime's {family.size} contrasts ({contrasts}) at family-wise "
+             f"level {ALPHA:g}; the tables give each raw 95% interval beside the Holm-adjusted p." if family.size else
+             f"Verdicts: none of this regime's contrasts ({contrasts}) has a test (one seed per method)."]
     if family.mde is not None:
         notes.append(f"Minimum detectable effect after the correction: {family.mde:.3f} in area at {POWER:.0%} power "
                      f"with {family.seeds} paired seeds (paired t-test at level {ALPHA:g}/{family.size} = "
@@ -139,22 +153,24 @@ def regime_notes(result: DifficultyResult, report: ReportConfig) -> list[Paragra
                      "true effect may be reported as not distinguishable.")
     grid = result.token_grid
     if grid is not None:
-        notes.append(f"Areas at equal rollout tokens are trapezoid means over the token checkpoints 0, "
-                     f"{tokens_text(grid.every)}, ..., {tokens_text(grid.budget)} every run measured "
-                     f"(`train.eval_every_tokens`), of the values measured there; the largest overshoot of an "
-                     f"evaluation past its checkpoint is {grid.overshoot:.1%} of the spacing.")
+        areas = [f"Areas at equal rollout tokens are trapezoid means over the token checkpoints 0, "
+                 f"{tokens_text(grid.every)}, ..., {tokens_text(grid.budget)} every run measured "
+                 f"(`train.eval_every_tokens`), of the values measured there; the largest overshoot of an evaluation "
+                 f"past its checkpoint is {grid.overshoot:.1%} of the spacing."]
     else:
-        notes.append(f"Areas at equal rollout tokens are interpolated between evaluations (the runs carry no token "
-                     f"checkpoints, `train.eval_every_tokens`): each curve is read as linear between its evaluations "
-                     f"up to {tokens_text(result.budget)}.")
-    notes[-1] += (" Areas at equal steps use the steps both runs of a pair evaluated." if result.per_seed else
-                  " Areas at equal steps were computed, before the report kept per-seed values, over the steps both "
-                  "runs trained, each curve interpolated between its own evaluations.")
+        areas = [f"Areas at equal rollout tokens are interpolated between evaluations (the runs carry no token "
+                 f"checkpoints, `train.eval_every_tokens`): each curve is read as linear between its evaluations up to "
+                 f"{tokens_text(result.budget)}."]
+    if result.per_seed:
+        areas.append("Areas at equal steps use the steps both runs of a pair evaluated.")
+    elif any("steps" in by_axis for r in result.rows for by_axis in r.areas_vs_baseline.values()):
+        areas.append("Areas at equal steps were computed, before the report kept per-seed values, over the steps both "
+                     "runs trained, each curve interpolated between its own evaluations.")
     finals_only = [m for m in result.metrics if m not in result.curve_metrics]
     if finals_only and result.per_seed:
-        notes.append(f"{_names(finals_only)} {'was' if len(finals_only) == 1 else 'were'} measured only at the final "
+        areas.append(f"{_names(finals_only)} {'was' if len(finals_only) == 1 else 'were'} measured only at the final "
                      "evaluation (`eval.final_samples`): finals, no areas.")
-    return [Paragraph(" ".join(notes[:2])), Paragraph(" ".join(notes[2:]))]
+    return [Paragraph(" ".join(notes)), Paragraph(" ".join(areas))]
 
 
 def unrecomputed(result: DifficultyResult, drawn: list[str]) -> Paragraph:
@@ -162,11 +178,12 @@ def unrecomputed(result: DifficultyResult, drawn: list[str]) -> Paragraph:
     kept)."""
     others = [m for m in result.metrics if m != result.metric]
     with_curves, final_only = [m for m in others if m in drawn], [m for m in others if m not in drawn]
+    recovered = ("the verdicts use p-values recovered exactly from the written 95% t-intervals (t = mean / "
+                 "(half-width / t_{0.975, n-1}), n - 1 degrees of freedom); " if result.family.size else "")
     parts = ["The runs are not committed and this report's `report.json` was written before the report kept per-seed "
-             "values. Per-seed values: the verdicts use p-values recovered exactly from the written 95% t-intervals "
-             "(t = mean / (half-width / t_{0.975, n-1}), n - 1 degrees of freedom); the share of the oracle's gain keeps "
-             "its value, but Fieller's interval needs each seed's areas; no contrast between two cells other than "
-             "those written can be made (`examples/contrast.py`)."]
+             f"values. Per-seed values: {recovered}the share of the oracle's gain keeps its value, but Fieller's "
+             "interval needs each seed's areas; no contrast between two cells other than those written can be made "
+             "(`examples/contrast.py`)."]
     if with_curves:
         parts.append(f"Areas of the sampled metrics: {_names(with_curves)} have curves only as means over seeds, so "
                      "their paired area differences need the runs.")
