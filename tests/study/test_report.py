@@ -353,8 +353,8 @@ def test_a_study_of_many_methods_also_draws_its_curves_family_by_family(tmp_path
 
 
 def test_family_figures_hold_the_family_its_like_for_like_baselines_and_the_anchors():
-    from credo.study.grid import ReportConfig
     from credo.study.figures import family_figures
+    from credo.study.grid import ReportConfig
 
     few = ["grpo", "s_trace", "oracle_blame"]
     assert family_figures(few, ReportConfig()) == {}
@@ -497,7 +497,7 @@ def test_holm_removes_a_significance_the_raw_interval_shows(tmp_path):
     assert rows["strong"]["auc_vs_baseline"]["verdict"] == "beats"
     assert rows["strong"]["auc_vs_baseline"]["p_holm"] == pytest.approx(3 * rows["strong"]["auc_vs_baseline"]["p"])
     assert rows["null"]["auc_vs_baseline"]["p_holm"] == pytest.approx(1.0)
-    assert f"`marginal` is not distinguishable from `grpo` (area 0.517, paired difference +0.217, interval " in text
+    assert "`marginal` is not distinguishable from `grpo` (area 0.517, paired difference +0.217, interval " in text
     assert f"| not distinguishable ({2 * marginal_p():.3f}) |" in text
     assert "Holm's correction over this regime's 3 contrasts" in text
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 import yaml
 from example_scripts import load_example
 from test_report import CURVES, SHIFT, make_run

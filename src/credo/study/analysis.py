@@ -202,7 +202,8 @@ class MethodRow:
             like_for_like=data.get("like_for_like"), auc_vs_like=written_contrast(est(data.get("auc_vs_like_for_like"))),
             areas_vs_baseline=areas, final_vs_baseline={k: est(v) for k, v in data.get("final_vs_baseline", {}).items()},
             unstable=data.get("unstable_runs", 0),
-            share=None if share is None else Share(share["value"], None, None, share["seeds"]), tokens_to_target=est(data["tokens_to_baseline_final"]),
+            share=None if share is None else Share(share["value"], None, None, share["seeds"]),
+            tokens_to_target=est(data["tokens_to_baseline_final"]),
             reached=data["reached_baseline_final"], blame_precision=est(data["blame_precision"]),
             rollout_tokens=est(data["rollout_tokens"]), wall_s=est(data["wall_s"]),
         )

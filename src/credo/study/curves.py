@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from credo.study.stats import Estimate, mean_interval
 
+
 @dataclass(frozen=True)
 class Curve:
     """Points `(x, y)` with `x` non-decreasing: a metric against a cost."""

@@ -81,7 +81,8 @@ class ReportConfig(Strict):
     """Per method, a second baseline run alike but for the credit (the same optimiser steps per batch, the same
     learning rate), e.g. `{s_trace: grpo_4mb}`: the table and findings add the paired difference to it."""
     auc_tokens: float | None = Field(None, gt=0)
-    """Rollout-token budget of the areas under the curve; None: the smallest final budget in the grid."""
+    """Rollout-token budget of the areas under the curve; None: the smallest final budget in the grid. With token
+    checkpoints (`train.eval_every_tokens`) the areas end at the last checkpoint every run reached, at most this."""
     heatmap_step: int = Field(1, ge=1)
     """The step whose logged samples the credit heatmaps show (step 1: every i.i.d. method sees the same
     responses of the same seed, so the heatmaps differ only by credit)."""
