@@ -166,3 +166,31 @@ def test_sft_batches_keep_every_example_once():
     assert len(batches) <= 4 and sum(b["input_ids"].shape[0] for b in batches) == 50
     assert sum(int((b["labels"] != -100).sum()) for b in batches) == sum(len(a) for _, a in examples)
     assert sum(int(b["attention_mask"].sum()) for b in batches) == sum(len(p) + len(a) for p, a in examples)
+
+
+def test_worked_sft_examples_are_worked_and_the_long_regime_shows_attempts_as_it_learned():
+    """The long-horizon regime's SFT writes worked chains in every job (solutions, localisation, revision targets),
+    its revision prompts show attempts by their values through `TESTBED_WORKED_REVISE_REWRITE`, and the regime's
+    config hands IBPO's sampler that same rewrite, so RL shows the reviser what SFT showed it."""
+    from credo.config import load_config
+    from credo.rollout.revise import TESTBED_WORKED_REVISE_REWRITE
+    from credo.testbed import TestbedConfig, build_tokenizer, sft_examples
+
+    run = load_config("configs/testbed/long/ibpo.yaml")
+    assert tuple(run.rollout.revisions.rewrite[0]) == TESTBED_WORKED_REVISE_REWRITE
+    config = TestbedConfig(**run.model.testbed)
+    task = ArithTask(config.task)
+    tokenizer = build_tokenizer()
+    examples = sft_examples(config, task, tokenizer, random.Random(0), 300)
+    texts = [(tokenizer.decode(p), tokenizer.decode(a)) for p, a in examples]
+    revisions = [(p, a) for p, a in texts if "revise? " in p]
+    localisations = [(p, a) for p, a in texts if "first wrong step? " in p]
+    assert revisions and localisations
+    for prompt, answer in texts:
+        if (prompt, answer) in localisations:
+            assert "|=" in prompt  # the failed chain is shown worked
+        else:
+            assert answer.startswith("a") and "|=" in answer  # a worked chain, first step labelled
+    for prompt, _ in revisions:
+        shown = prompt.split("revise? ", 1)[1]
+        assert "|" not in shown.split("<|end|>")[0]  # attempts by their values only
