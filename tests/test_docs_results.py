@@ -38,6 +38,70 @@ def test_scope_table_has_a_holm_column_and_the_long_horizon_row() -> None:
     assert "**The long-horizon regime**" in text
 
 
+REGIMES = {"decisive": ("credit-decisive", "decisive"), "no-cancel": ("credit-nocancel", "nocancel"),
+           "hard": ("credit-hard", "hard")}
+CLAIM = re.compile(r"(?P<regime>decisive|no-cancel|hard):|`(?P<method>[^`]+)`(?: vs `(?P<like>[^`]+)`)? "
+                   r"(?P<verdict>beats|falls behind|not distinguishable) \((?P<p><0\.001|\d\.\d{3})[;)]")
+
+
+def _committed_results() -> dict:
+    """`{regime: DifficultyResult}` of the three credit reports, as `credo report --from-json` recomputes them."""
+    from credo.study.report import results_from_json
+
+    out = {}
+    for regime, (folder, difficulty) in REGIMES.items():
+        study = yaml.safe_load((RESULTS / folder / "study.yaml").read_text())
+        out[regime] = results_from_json(RESULTS / folder, study)[difficulty].result
+    return out
+
+
+def test_scope_holm_column_holds_the_reports_verdicts() -> None:
+    """Every paper's "survives Holm" cell says yes or partly and quotes verdicts (`method` [vs `like`] verdict
+    (Holm p), each after the regime it is in) that are the committed reports' under Holm's correction."""
+    from credo.study.tables import p_text
+
+    results = _committed_results()
+    rows = [line for line in (RESULTS / "scope.md").read_text().splitlines() if line.startswith("| **")]
+    checked = 0
+    for line in rows:
+        cell = line.rstrip(" |").rsplit(" | ", 1)[1]
+        if line.startswith("| **The long-horizon regime**"):
+            assert cell == "–"
+            continue
+        assert re.match(r"\*\*(yes|partly|no)\*\*: ", cell), cell
+        regime, claims = None, 0
+        for m in CLAIM.finditer(cell):
+            if m["regime"]:
+                regime = m["regime"]
+                continue
+            assert regime is not None, f"{m[0]!r} before any regime in {cell[:40]!r}"
+            row = next(r for r in results[regime].rows if r.method == m["method"])
+            contrast = row.auc_vs_baseline if m["like"] is None else row.auc_vs_like
+            if m["like"] is not None:
+                assert row.like_for_like == m["like"], m[0]
+            assert (contrast.verdict, p_text(contrast.p_holm)) == (m["verdict"], m["p"]), f"{regime}: {m[0]}"
+            claims += 1
+        assert claims, cell
+        checked += 1
+    assert checked == len(rows) - 1 >= 9
+
+
+def test_readme_study_tables_are_the_scripts_output() -> None:
+    """The README's two study tables are what the commands it names print for the committed reports (the decisive
+    table with the steps column that the runs folder adds)."""
+    from example_scripts import load_example
+
+    readme = (ROOT / "README.md").read_text()
+    folders = [RESULTS / f for f, _ in REGIMES.values()]
+    assert load_example("study_verdicts").table(folders, common=True) in readme
+    printed = load_example("study_table").tables(RESULTS / "credit-decisive").splitlines()[2:]
+    lines = readme.splitlines()
+    start = lines.index(printed[0][: -len(" |")] + " | steps |")
+    shown = [line.rsplit(" | ", 1)[0] + " |" for line in lines[start:start + len(printed)]]
+    shown[1] = printed[1]
+    assert shown == printed
+
+
 def test_no_paper_number_beside_a_testbed_interval_in_the_readme() -> None:
     readme = (ROOT / "README.md").read_text()
     for phrase in ("the paper claims", "+0.5 to +3", "+0.49 / +3.16", "+3 points", "+4.5"):
