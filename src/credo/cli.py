@@ -417,6 +417,10 @@ def methods(
         row = summary(method)
         console.print(f"[bold]{name}[/bold] ({method.family}, arXiv {method.paper}): {escape(method.changes)}\n"
                       f"sampler: {escape(row['sampler'])}: {escape(method.sampler.draws)}\nneeds: {escape(row['needs'])}")
+        if method.loss.on_policy() != method.loss:
+            console.print(f"on policy (optim.minibatches = epochs = 1): its {type(method.loss).__name__} "
+                          f"{escape(method.loss.on_policy_inert)}; `credo compare` refuses a cell that this makes the "
+                          "twin of another")
         for part, obj in (("credit", method.estimator), ("loss", method.loss)):
             table = Table(title=f"{part}: {type(obj).__name__}", show_lines=False)
             for column in ("switch", "default", "what it does"):

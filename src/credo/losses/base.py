@@ -5,6 +5,7 @@ records, and the masked statistics the losses report as metrics.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -121,6 +122,9 @@ class PolicyLoss:
     `beta * per_token_kl` and as verl adds `kl_loss_coef` times the same aggregation of its `kl_loss_type` k3."""
     kl_clamp: float | None = None
     """Clamp of the k3 KL estimate (verl's `low_var_kl`: 10, its log-ratio at +-20 first); None: unclamped (TRL)."""
+    on_policy_inert: ClassVar[str] = ""
+    """What of this loss cannot act when it trains on policy, as a phrase after "its <loss class>" ("" when
+    nothing): see `on_policy`; the study grid's refusals quote it."""
 
     def __post_init__(self) -> None:
         name = type(self).__name__
@@ -168,6 +172,16 @@ class PolicyLoss:
     def token_loss(self, logp: Tensor, batch: RolloutBatch) -> tuple[Tensor, dict[str, float]]:
         """(B, T) per-token policy loss (before masking and aggregation) and its metrics."""
         raise NotImplementedError
+
+    def on_policy(self) -> PolicyLoss:
+        """The loss whose gradient this one's equals on policy, where `old_logp` is the current policy's
+        (one update per rollout batch: `optim.minibatches = epochs = 1`) and so every ratio is 1: itself unless
+        a subclass declares what cannot act there (`on_policy_inert`). The study grid compares cells by it."""
+        return self
+
+    def shared_switches(self) -> dict[str, Any]:
+        """The switches every loss has (aggregation, KL penalty) with this loss's values."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(PolicyLoss)}
 
     def normalisers(self, loss_mask: Tensor) -> dict[str, float]:
         """The denominators of this loss's aggregation over a whole mini-batch, to pass to each of its

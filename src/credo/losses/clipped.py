@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -13,6 +14,7 @@ from torch import Tensor
 from credo.batch import RolloutBatch
 from credo.checks import check_range
 from credo.losses.base import Importance, PolicyLoss, masked_mean
+from credo.losses.reinforce import ReinforceLoss
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,6 +35,7 @@ class ClippedSurrogate(PolicyLoss):
     """Dual-clip bound c > 1 for negative advantages (verl: 3.0); None disables it."""
     log_ratio_clamp: float | None = 20.0
     """Clamp the log-ratio to +-this before exp (verl: 20); None: no clamp."""
+    on_policy_inert: ClassVar[str] = "has a ratio of 1 and a clip that never binds"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -47,6 +50,12 @@ class ClippedSurrogate(PolicyLoss):
     def importance(self, logp: Tensor, batch: RolloutBatch) -> Importance:
         """The importance ratio this loss clips (with its gradient path), and what else shapes the surrogate."""
         raise NotImplementedError
+
+    def on_policy(self) -> PolicyLoss:
+        """With every ratio 1 (`logp = old_logp`, and a ratio that is 1 there) no clip, dual clip or clamp binds:
+        the same loss with those switches at their defaults."""
+        own = [f for f in dataclasses.fields(ClippedSurrogate) if f.name not in self.shared_switches()]
+        return dataclasses.replace(self, **{f.name: f.default for f in own})
 
     def token_loss(self, logp: Tensor, batch: RolloutBatch) -> tuple[Tensor, dict[str, float]]:
         imp = self.importance(logp, batch)
@@ -94,5 +103,13 @@ class PPOClipLoss(ClippedSurrogate):
         "verl": {"dual_clip": 3.0, "log_ratio_clamp": 20.0},  # verl's vanilla loss (not its GSPO loss)
     }
 
+    on_policy_inert: ClassVar[str] = "has a ratio of 1 and a clip that never binds (REINFORCE's gradient)"
+
     def importance(self, logp: Tensor, batch: RolloutBatch) -> Importance:
         return Importance(logp - batch.old_logp)
+
+    def on_policy(self) -> PolicyLoss:
+        """On policy `-A rho_t` with `rho_t = exp(logp_t - sg(logp_t)) = 1` has REINFORCE's gradient `-A grad logp_t`
+        and no clip binds: `ReinforceLoss` with the same aggregation and KL penalty (SRPO's ablation `srpo_clip`
+        is then `srpo`, and `reinforce` is `grpo`)."""
+        return ReinforceLoss(**self.shared_switches())

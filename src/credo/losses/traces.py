@@ -31,14 +31,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
 from credo.batch import RolloutBatch
 from credo.checks import check_choice, check_range
-from credo.losses.base import Importance, masked_mean, masked_quantile
+from credo.losses.base import Importance, PolicyLoss, masked_mean, masked_quantile
 from credo.losses.clipped import ClippedSurrogate
+from credo.losses.reinforce import ReinforceLoss
 from credo.scan import decayed_cumsum, shift_right
 
 KERNELS = ("decay", "uniform")
@@ -118,6 +120,7 @@ class TraceLoss(ClippedSurrogate):
     only | "current": the token's own ratio only, weighted by the bounded history."""
     history_cap: float = 2.0
     """The history factor exp(h_t) is kept in [1/history_cap, history_cap] ("both", "current"); >= 1."""
+    on_policy_inert: ClassVar[str] = "has a traced ratio of 1, whose trace and clip never act (REINFORCE's gradient)"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -128,6 +131,12 @@ class TraceLoss(ClippedSurrogate):
         check_range("TraceLoss", "history_cap", self.history_cap, 1.0)
         if self.kernel == "uniform" and not self.normalize:
             raise ValueError("TraceLoss.kernel = 'uniform' needs normalize = True (a uniform sum is unbounded)")
+
+    def on_policy(self) -> PolicyLoss:
+        """On policy every log-ratio `d_k` is 0, so the history `h_t` is 0 (whatever the kernel, decay or mask) and
+        the ratio is PPO's, whose gradient is REINFORCE's: `ReinforceLoss` with the same aggregation and KL
+        penalty (docs/methods.md sec. 3: "with all ratios 1 it is GRPO")."""
+        return ReinforceLoss(**self.shared_switches())
 
     def importance(self, logp: Tensor, batch: RolloutBatch) -> Importance:
         d = torch.where(batch.response_mask, logp - batch.old_logp, 0.0)

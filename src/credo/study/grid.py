@@ -15,7 +15,9 @@ report: {baseline: grpo, oracle: oracle_blame, metric: greedy_pass@1, like_for_l
 
 A cell's config is its method's file (with its `base` files), then the study's `set`, the difficulty's
 overrides (with its own `base` files, e.g. a regime, under them), the method's `set` and finally `train.seed`;
-every cell is validated before the first one runs.
+every cell is validated before the first one runs, and a cell that would only repeat another's runs (the same
+resolved config, or a method that differs from another's only where its settings let nothing act, e.g. a clip on one
+on-policy update) is refused (`repeated_cells`).
 Runs live in `<output>/<difficulty>/<method>/seed<k>/`. Running the study again skips finished cells
 (`summary.json`), resumes cells with a checkpoint and restarts cells that stopped before their first one;
 a cell whose saved config differs from what the study file now says is an error, so one directory never
@@ -45,6 +47,7 @@ from credo.config import (
     validate,
 )
 from credo.io import write_text_atomic
+from credo.methods import Method, get_method
 
 STUDY_FILE = "study.yaml"
 """The study's resolved file, written into its output directory (what `credo report` reads)."""
@@ -200,6 +203,71 @@ def load_study(path: str | Path, output: str | Path | None = None) -> Study:
     return Study(config, path.parent, target)
 
 
+def repeated_cells(study: Study, cells: list[Cell] | None = None) -> list[str]:
+    """One line per method of the grid whose runs would only repeat another's (empty: none), naming both and why.
+
+    Two cells of a difficulty are compared by their resolved run configs, less the seed and with the method as its
+    parts (`credo.methods.Method`: sampler, credit estimator, loss, with the run's sampler switches): equal, the
+    later one repeats the earlier. A cell that trains on policy (`optim.minibatches = epochs = 1`: every ratio is
+    1) is compared with its loss as the loss's on-policy form (`PolicyLoss.on_policy`, declared by each loss), so a
+    difference that cannot act there (a clip, a ratio, a trace) does not make it another method. `run_study`
+    refuses such a grid before any run; reports of studies that ran them still load (they read `study.yaml`)."""
+    cells = study.cells() if cells is None else cells
+    first: dict[tuple[str, str], Cell] = {}
+    for cell in cells:
+        first.setdefault((cell.difficulty, cell.method), cell)
+    lines = []
+    for difficulty in study.config.difficulties:
+        where = f" (difficulty {difficulty!r})" if len(study.config.difficulties) > 1 else ""
+        kept: list[tuple[str, dict[str, Any], Method]] = []
+        for name in study.config.methods:
+            if (difficulty, name) not in first:
+                continue
+            run, method = _resolved(first[difficulty, name].config)
+            repeats = (_repeat(f"{name!r}{where}", method, other, other_method, on_policy=_on_policy(run))
+                       for other, other_run, other_method in kept if run == other_run)
+            line = next((line for line in repeats if line), "")
+            if line:
+                lines.append(line)
+            else:
+                kept.append((name, run, method))
+    return lines
+
+
+def _resolved(config: RunConfig) -> tuple[dict[str, Any], Method]:
+    """A cell's run config less its seed and method, and its method with the run's switches."""
+    run = config.model_dump(mode="json", exclude={"method": True, "credit": True, "loss": True, "train": {"seed"}})
+    return run, get_method(config.method, estimator=config.credit, loss=config.loss).for_run(config.rollout)
+
+
+def _on_policy(run: dict[str, Any]) -> bool:
+    """One optimiser step per rollout batch: it updates the policy that sampled the batch, so every ratio is 1."""
+    return run["optim"]["minibatches"] * run["optim"]["epochs"] == 1
+
+
+def _repeat(cell: str, method: Method, other: str, other_method: Method, *, on_policy: bool) -> str:
+    """Why the cell repeats `other`, a run alike but for the method; "" when the methods differ there."""
+    if (method.sampler, method.estimator) != (other_method.sampler, other_method.estimator):
+        return ""
+    if method.loss == other_method.loss:
+        return (f"cell {cell} has the same resolved run config as {other!r} (the seed aside, with the method as its "
+                "sampler, credit and loss): it would repeat its runs; drop it")
+    if not on_policy or method.loss.on_policy() != other_method.loss.on_policy():
+        return ""
+    why = "; ".join(f"{owner} {type(loss).__name__} {loss.on_policy_inert}"
+                    for owner, loss in (("its", method.loss), (f"the {other!r} cell's", other_method.loss))
+                    if loss.on_policy() != loss)
+    return (f"cell {cell} trains on policy (1 mini-batch, 1 epoch): {why}, so it equals {other!r}; "
+            "give it optim.minibatches > 1 or drop it")
+
+
+def check_distinct(study: Study, cells: list[Cell] | None = None) -> None:
+    """A `ConfigError` naming every cell of the grid that would repeat another's runs (`repeated_cells`)."""
+    lines = repeated_cells(study, cells)
+    if lines:
+        raise ConfigError(f"{study.config.name}: " + "\n".join(lines))
+
+
 def cell_status(cell: Cell) -> str:
     """"done" (summary written), "resume" (a checkpoint), "restart" (stopped before one) or "new"."""
     if (cell.run_dir / "summary.json").exists():
@@ -255,6 +323,7 @@ def _run_cell_in_worker(cell: Cell, threads: int) -> dict:
 def run_study(study: Study, *, jobs: int = 1, log: Callable[[str], None] = print, command: str = "") -> list[Cell]:
     """Run every unfinished cell (`jobs` processes at once, sharing the cores); returns the cells."""
     cells = study.cells()
+    check_distinct(study, cells)
     for cell in cells:
         check_unchanged(cell)
     study.output.mkdir(parents=True, exist_ok=True)
