@@ -265,6 +265,16 @@ def read_thought(thought: str, worked: bool) -> tuple[str, str, int, int] | None
     return head.group(1), head.group(2), int(head.group(3)), int(value.group(1))
 
 
+def step_value(chain: Chain, i: int, thought: str) -> int | None:
+    """The value thought `thought` writes if it is step `i` of `chain` in the chain's form (its operation, operand
+    and, for a worked chain, its label), else None: the one reading of a thought that the checker and the
+    decision count share."""
+    read = read_thought(thought, chain.worked)
+    if read is None or read[1:3] != chain.steps[i] or (chain.worked and read[0] != STEP_LABELS[i]):
+        return None
+    return read[3]
+
+
 class ArithConfig(RewardOptions):
     """Options of the `arith` testbed task."""
 
@@ -458,12 +468,13 @@ class ArithTask(RewardedTask):
         """How many well-formed thoughts of `response` apply a step of an active misconception type to the value the
         thought before wrote: the response's uncertain decisions (where the noise model errs with `p_misc`)."""
         count, written = 0, chain.start
-        for (op, b), thought in zip(chain.steps, response.split(THOUGHT_END)[:-1]):
-            read = read_thought(thought, chain.worked)
-            if read is None or read[1:3] != (op, b):
+        for i, thought in enumerate(response.split(THOUGHT_END)[:-1][:len(chain.steps)]):
+            value = step_value(chain, i, thought)
+            if value is None:
                 break
+            op, b = chain.steps[i]
             count += misconception_of(op, written, b, self.config.noise.misconceptions) is not None
-            written = read[3]
+            written = value
         return count
 
     def wrong_steps(self, chain: Chain, response: str) -> int:
@@ -484,11 +495,11 @@ class ArithTask(RewardedTask):
         thoughts = response.split(THOUGHT_END)
         written = chain.start
         for i, (op, b) in enumerate(chain.steps):
-            read = read_thought(thoughts[i], chain.worked) if i < len(thoughts) - 1 else None
-            if read is None or read[1:3] != (op, b) or (chain.worked and read[0] != STEP_LABELS[i]):
+            value = step_value(chain, i, thoughts[i]) if i < len(thoughts) - 1 else None
+            if value is None:
                 yield i, "format"
                 return
-            value, right = read[3], OPS[op](written, b)
+            right = OPS[op](written, b)
             if value != right:
                 kind = misconception_of(op, written, b, self.config.noise.misconceptions)
                 offset = self.config.noise.misconceptions.get(kind, 0) if kind else 0
