@@ -20,11 +20,12 @@ from credo.testbed import SHIPPED, TestbedConfig, build_testbed, shipped_testbed
 DEFAULT = TestbedConfig()
 HARD = TestbedConfig(**load_config("configs/testbed/hard/grpo.yaml").model.testbed)
 NO_CANCEL = TestbedConfig(**yaml.safe_load(open("configs/testbed/hard/regime_nocancel.yaml"))["model"]["testbed"])
+LONG = TestbedConfig(**load_config("configs/testbed/long/grpo.yaml").model.testbed)
 
 
-def test_the_default_hard_and_no_cancel_models_ship_with_every_file_hashed():
+def test_the_default_hard_no_cancel_and_long_models_ship_with_every_file_hashed():
     manifest = json.loads((SHIPPED / "manifest.json").read_text())
-    assert set(manifest) == {DEFAULT.digest(), HARD.digest(), NO_CANCEL.digest()}
+    assert set(manifest) == {DEFAULT.digest(), HARD.digest(), NO_CANCEL.digest(), LONG.digest()}
     for digest, files in manifest.items():
         assert {p.name for p in (SHIPPED / digest).iterdir()} == set(files)
         assert "model.safetensors" in files and "tokenizer.json" in files
@@ -34,9 +35,12 @@ def test_the_shipped_names_stay_when_the_task_gains_options():
     """Options added to the SFT's config later (`credo.testbed.ADDED_LATER`) leave the names of models built
     before them alone at their defaults, and make a new name when set."""
     assert (DEFAULT.digest(), HARD.digest(), NO_CANCEL.digest()) == ("340791c1ad37", "d8739cffcc0b", "7ed0bed4d3e4")
-    for option, value in (("invertible_steps", True), ("max_misconception_steps", 2)):
+    for option, value in (("invertible_steps", True), ("max_misconception_steps", 2), ("worked", True)):
         changed = HARD.model_copy(update={"task": HARD.task.model_copy(update={option: value})})
         assert changed.digest() != HARD.digest()
+    sdpa = HARD.model_copy(update={"model": HARD.model.model_copy(update={"attn_implementation": "sdpa"})})
+    assert sdpa.digest() != HARD.digest()
+    assert LONG.digest() == "e31d693ea585"
 
 
 def test_a_first_use_copies_the_verified_shipped_model_into_the_cache(tmp_path, monkeypatch):
