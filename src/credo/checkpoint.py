@@ -36,8 +36,10 @@ from credo.io import (
     append_jsonl,
     atomic_directory,
     iter_jsonl,
+    open_own_file,
     read_jsonl,
     recover_directories,
+    refuse_links,
     write_json_atomic,
     write_jsonl_atomic,
 )
@@ -135,10 +137,13 @@ class RunDirectory:
         """Hold the directory's lock (`flock` on `.lock`, which holds the holder's pid) for the block.
 
         The kernel releases it when the process ends, killed or not. Raises RunLockedError, naming the
-        directory, when another process holds it.
+        directory, when another process holds it, and an OSError naming the link when `.lock` is not a regular
+        file of the directory (`credo.io.open_own_file`) or a symbolic link stands among the entries of the
+        directory, `checkpoints/` or `plots/` (`refuse_links`): what credo writes, removes or locks there stays
+        in the directory.
         """
         self.root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
+        fd = open_own_file(self.root / LOCK_FILE, os.O_RDWR | os.O_CREAT)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -147,6 +152,8 @@ class RunDirectory:
                 by = f"process {holder}" if holder.isdigit() else "another process"
                 raise RunLockedError(f"{self.root} is in use: {by} is training in it (wait for it to end, "
                                      "or stop it first)") from None
+            for folder in (self.root, self.checkpoints, self.plots):
+                refuse_links(folder)
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
             try:

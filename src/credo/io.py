@@ -1,14 +1,20 @@
 """Files that survive a kill or a full disk: whole-file writes go to a temporary file or folder, are fsynced and
 renamed into place; JSON-lines logs grow by single writes of whole lines, and their reader tolerates the one
-torn line a kill can leave at the end."""
+torn line a kill can leave at the end.
+
+No write follows a link: a rename replaces a symbolic link at the target rather than writing where it points,
+and the only files opened in place (JSON-lines appends, a run's lock) are opened by `open_own_file`, which
+refuses anything but a regular file with a single link."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -50,6 +56,36 @@ def default_mode(*, directory: bool = False) -> int:
     return (0o777 if directory else 0o666) & ~current_umask()
 
 
+def open_own_file(path: Path, flags: int) -> int:
+    """A file descriptor on `path` for writing in place (`flags`, e.g. `O_WRONLY | O_APPEND | O_CREAT`), only if
+    `path` is a regular file with a single link: a symbolic link there is not followed (`O_NOFOLLOW`), a FIFO
+    does not block the open (`O_NONBLOCK`), and a symbolic link, a hard link, a FIFO or a device is an OSError
+    naming `path`, so that no write through it lands outside its folder. A file it creates gets `default_mode`."""
+    refused = OSError(f"{path} is a link or a special file, not a file credo wrote: credo does not write through it "
+                      "(remove it, or check where this directory came from)")
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.ENXIO):  # a symbolic link; a FIFO without a reader
+            raise refused from None
+        raise
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        os.close(fd)
+        raise refused
+    return fd
+
+
+def refuse_links(folder: Path) -> None:
+    """An OSError naming the first symbolic link among `folder`'s entries (none if `folder` does not exist)."""
+    if not folder.is_dir():
+        return
+    for entry in sorted(os.scandir(folder), key=lambda entry: entry.name):
+        if entry.is_symlink():
+            raise OSError(f"{entry.path} is a symbolic link: credo writes, removes and locks files in "
+                          f"{folder} and follows no link there (remove it, or check where this directory came from)")
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     """Write `text` into `path` through a fsynced temporary file renamed into place."""
     write_lines_atomic(path, [text])
@@ -78,13 +114,14 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 
 def append_jsonl(path: Path, record: dict) -> None:
-    """Append `record` as one line, in a single write; a write cut short (a full disk) is undone.
+    """Append `record` as one line, in a single write; a write cut short (a full disk) is undone. `path` must be
+    a regular file with a single link, or not exist (`open_own_file`).
 
     A kill can still tear the line (the kernel may have written part of it): `iter_jsonl` skips such a
     torn last line.
     """
     data = (json.dumps(record) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    fd = open_own_file(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     try:
         size = os.fstat(fd).st_size
         try:
