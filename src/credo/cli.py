@@ -161,17 +161,20 @@ def show_config(
     config: Path = typer.Argument(
         None, help="YAML run config or a run directory (its config.yaml); default: all defaults."),
     overrides: list[str] = typer.Option([], "--set", help="Override a config key, e.g. --set optim.lr=1e-5."),
+    load_rewards: bool = typer.Option(False, "--load-rewards", help="Also import the reward functions of "
+                                      "task.reward, to check that they exist and take the right arguments."),
     settings: Annotated[list[str] | None, typer.Argument(
         metavar="KEY=VALUE", help=BARE_OVERRIDES_HELP, show_default=False)] = None,
 ) -> None:
     """Print the resolved, validated run config as YAML (`base` files merged, overrides applied, defaults filled
-    in): the config.yaml `credo train` would record. Nothing loads or runs; a bad config is a one-line error."""
+    in): the config.yaml `credo train` would record. Nothing loads or runs (reward functions are imported only
+    with --load-rewards); a bad config is a one-line error."""
     from credo.config import dump, load_config
 
     config, bare = bare_overrides(config, settings)
     if config is not None and config.is_dir():
         config = config / "config.yaml"
-    typer.echo(dump(load_config(config, [*overrides, *bare])), nl=False)
+    typer.echo(dump(load_config(config, [*overrides, *bare], load_rewards=load_rewards)), nl=False)
 
 
 def fresh_run_dir(base: Path) -> Path:
@@ -203,17 +206,24 @@ def print_summary(summary: dict, run_dir: Path) -> None:
 def evaluate(
     target: Path = typer.Argument(..., help="A run directory (its final model) or a Hugging Face model directory."),
     overrides: list[str] = typer.Option([], "--set", help="Override eval/task keys, e.g. --set eval.samples=8."),
+    load_rewards: bool = typer.Option(False, "--load-rewards", help="Import and call the reward functions the "
+                                      "task names (task.reward): needed to evaluate a task with a custom reward."),
     settings: Annotated[list[str] | None, typer.Argument(
         metavar="KEY=VALUE", show_default=False,
         help="Overrides after the target, e.g. eval.samples=8, applied after --set ones.")] = None,
 ) -> None:
-    """Evaluate a model on its task's held-out problems: greedy pass@1, pass@k, avg@k, per difficulty."""
-    from credo.config import load_config
+    """Evaluate a model on its task's held-out problems: greedy pass@1, pass@k, avg@k, per difficulty.
+
+    A task with a custom reward (`task.reward`: user code) is evaluated only with --load-rewards."""
+    from credo.config import ConfigError, load_config
 
     _quiet_transformers()
     overrides = [*overrides, *bare_overrides(None, settings, what="model")[1]]
     is_run = (target / "config.yaml").exists()
-    run_config = load_config(target / "config.yaml" if is_run else None, overrides)
+    run_config = load_config(target / "config.yaml" if is_run else None, overrides, load_rewards=load_rewards)
+    if run_config.task.get("reward") and not load_rewards:
+        raise ConfigError("task.reward names reward functions, user code that credo eval imports and runs only "
+                          "with --load-rewards")
     import torch
 
     from credo.config import ModelConfig

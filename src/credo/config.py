@@ -5,23 +5,37 @@
 is a `ConfigError` that names the file, the dotted key and what is allowed (no float setting may be NaN or
 infinite); the method's switches are checked against the method's own dataclasses the same way.
 `check_resume` decides which keys a resumed run may change (`RESUMABLE`).
+
+Reward functions named in `task.reward` are user code: `load_config` imports them (to check that they exist
+and take the right arguments) only with `load_rewards=True`; otherwise their names are checked for form only and
+nothing of the user's is imported or run. YAML aliases are refused, so that a file's size bounds its config's.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field, PositiveInt, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    PositiveInt,
+    ValidationError,
+    ValidationInfo,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 from credo.extras import MissingExtra
 from credo.methods import get_method
 from credo.rollout.options import RolloutConfig
 from credo.schema import Section
-from credo.tasks import task_class
+from credo.tasks import RewardFunction, task_class
 
 
 class YamlLoader(yaml.SafeLoader):
@@ -215,12 +229,12 @@ class RunConfig(Section):
 
     @field_validator("task", mode="before")
     @classmethod
-    def _task(cls, options: Any) -> dict[str, Any]:
+    def _task(cls, options: Any, info: ValidationInfo) -> dict[str, Any]:
         if not isinstance(options, dict):
             raise ValueError("task must be a mapping with a `name` and the task's options")
         options = {"name": "arith", **options}
         try:
-            task_config(options)
+            task_config(options, load_rewards=(info.context or {}).get("load_rewards", True))
         except MissingExtra as error:  # e.g. a reasoning_gym task without reasoning-gym installed
             raise ValueError(str(error)) from None
         return options
@@ -246,9 +260,12 @@ class RunConfig(Section):
         return self
 
 
-def task_config(options: dict[str, Any]) -> BaseModel:
-    """The validated options of the task named by `options["name"]` ("arith", "reasoning_gym:chain_sum", ...)."""
+def task_config(options: dict[str, Any], *, load_rewards: bool = True) -> BaseModel:
+    """The validated options of the task named by `options["name"]` ("arith", "reasoning_gym:chain_sum", ...);
+    `load_rewards=False` checks the names of `task.reward`'s functions without importing them (`RewardName`)."""
     config_class = task_class(options["name"]).Config
+    if not load_rewards:
+        config_class = _naming_rewards(config_class)
     try:
         return config_class(**options)
     except ValidationError as error:
@@ -260,6 +277,25 @@ def task_config(options: dict[str, Any]) -> BaseModel:
             else:
                 problems.append(f"{key + ': ' if key else ''}{problem['msg'].removeprefix('Value error, ')}")
         raise ValueError("; ".join(problems)) from None
+
+
+class RewardName(RewardFunction):
+    """A `task.reward` entry checked for its form only ("module:function" or "file.py:function", a finite weight,
+    a known style): its module is not imported."""
+
+    @model_validator(mode="after")
+    def _loadable(self) -> RewardName:  # replaces RewardFunction's, which imports the function
+        module, colon, function = self.function.partition(":")
+        if not (colon and module.strip() and function.strip()) or ":" in function:
+            raise ValueError(f"reward function {self.function!r} must look like 'package.module:function' "
+                             "(or 'path/to/file.py:function')")
+        return self
+
+
+@functools.cache
+def _naming_rewards(config_class: type[BaseModel]) -> type[BaseModel]:
+    """`config_class` with its `reward` entries read as `RewardName`s."""
+    return create_model(config_class.__name__, __base__=config_class, reward=(list[RewardName] | None, None))
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -290,12 +326,15 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return data
 
 
-def load_config(path: str | Path | None, overrides: list[str] | None = None) -> RunConfig:
-    """Read, override and validate a run configuration (`path` None: all defaults)."""
+def load_config(path: str | Path | None, overrides: list[str] | None = None, *,
+                load_rewards: bool = True) -> RunConfig:
+    """Read, override and validate a run configuration (`path` None: all defaults).
+
+    `load_rewards=False` imports none of `task.reward`'s functions (their names are checked for form only)."""
     where = str(path) if path is not None else "<defaults>"
     data = read_config_file(Path(path)) if path is not None else {}
     data = apply_overrides(data, overrides or [])
-    return validate(data, where)
+    return validate(data, where, load_rewards=load_rewards)
 
 
 def read_config_file(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
@@ -343,9 +382,9 @@ def deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def validate(data: dict[str, Any], where: str = "<config>") -> RunConfig:
+def validate(data: dict[str, Any], where: str = "<config>", *, load_rewards: bool = True) -> RunConfig:
     try:
-        return RunConfig(**data)
+        return RunConfig.model_validate(data, context={"load_rewards": load_rewards})
     except ValidationError as error:
         lines = []
         for problem in error.errors():
@@ -406,7 +445,7 @@ def check_resume(recorded: Path, config: RunConfig) -> None:
     """
     if not recorded.exists():
         return
-    before, after = load_config(recorded).model_dump(mode="json"), config.model_dump(mode="json")
+    before, after = load_config(recorded, load_rewards=False).model_dump(mode="json"), config.model_dump(mode="json")
     frozen = [f"{key} ({old!r} -> {new!r}: {_why_frozen(key)})"
               for key, old, new in _differences(before, after) if key not in RESUMABLE]
     if frozen:
