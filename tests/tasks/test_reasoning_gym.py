@@ -6,6 +6,7 @@ import logging
 import re
 import subprocess
 import sys
+import time
 from collections import Counter
 from itertools import islice
 
@@ -14,9 +15,11 @@ import reasoning_gym  # the test extra installs it
 
 from credo.config import ConfigError, load_config, validate
 from credo.extras import MissingExtra
-from credo.tasks import ArithTask, JsonlTask, Problem, ReasoningGymTask, build_task, task_class, verify_all
+import credo.tasks.reasoning_gym as rg_task
+from credo.tasks import (ArithTask, JsonlTask, Problem, ReasoningGymTask, build_task, sandbox_failures, task_class,
+                         verify_all)
 from credo.tasks.reasoning_gym import DEFAULT_INSTRUCTION, EVAL_SEED_OFFSET, SANDBOX, ReasoningGymConfig, bucket
-from credo.tasks.sandbox import Outcome
+from credo.tasks.sandbox import Outcome, Sandbox
 
 SMALL = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}
 """chain_sum with two one-digit terms: 10 * 10 * 2 = 200 distinct questions."""
@@ -331,3 +334,57 @@ def test_some_dataset_scores_are_strictly_partial():
     scores = [task.verify(p, f"<answer>x{p.answer}</answer>").reward for p in task.train]
     assert all(0 < s < 1 for s in scores)
     assert scores == pytest.approx([len(p.answer) / (len(p.answer) + 1) for p in task.train])
+
+
+# ------------------------------------------------------------------------------------------ the verification budget
+
+SLEEPY = """
+import time
+
+
+def score(dataset, options, size, seed, answer, entry):
+    time.sleep(float(answer))
+    return 1.0
+
+
+def echo(value):
+    return value
+"""
+
+
+def test_verify_batch_scores_as_verify_all_does():
+    task = chain_sum()
+    problems = task.train[:4]
+    texts = [f"<answer>{p.answer}</answer>" for p in problems[:2]] + ["<answer>x</answer>", "no answer"]
+    assert task.verify_batch(problems, texts, "raise") == verify_all(task, problems, texts, "raise")
+    assert task.over_budget == 0
+
+
+def test_a_batch_that_spends_its_verification_budget_scores_the_rest_zero(tmp_path, monkeypatch, caplog):
+    # the scorer sleeps as many seconds as the answer says: the third answer would hold the batch for 30 s
+    (tmp_path / "sleepy_scorer.py").write_text(SLEEPY)
+    sandbox = Sandbox("sleepy", tmp_path / "sleepy_scorer.py")
+    timeouts = []
+
+    def call(function, args, timeout_s):
+        timeouts.append(timeout_s)
+        return Sandbox.call(sandbox, function, args, timeout_s)
+
+    monkeypatch.setattr(sandbox, "call", call)
+    monkeypatch.setattr(rg_task, "SANDBOX", sandbox)
+    task = chain_sum(verify_budget_s=1.5, score_timeout_s=10)
+    texts = [f"<answer>{seconds}</answer>" for seconds in ("0", "0", "30", "0", "0", "0")]
+    try:
+        assert Sandbox.call(sandbox, "echo", (1,), 60).value == 1  # the worker is up before the clock starts
+        started = time.monotonic()
+        with caplog.at_level(logging.WARNING, logger="credo.tasks.reasoning_gym"):
+            verdicts, errors = task.verify_batch(task.train[:6], texts, "raise")
+        took = time.monotonic() - started
+    finally:
+        sandbox.shutdown()
+    assert [v.reward for v in verdicts] == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+    assert [v.sandbox_failed for v in verdicts] == [False, False, True, True, True, True]
+    assert (errors, sandbox_failures(verdicts), task.over_budget) == (0, 4, 3)
+    assert len(timeouts) == 3 and max(timeouts) <= 1.5  # the budget left was each call's limit; 3 answers never sent
+    assert took < 1.5 + 2.0  # the budget, and the time it takes to stop the worker
+    assert "3 of its 6 answers scored 0 without scoring" in caplog.text

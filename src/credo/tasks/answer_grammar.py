@@ -16,13 +16,24 @@ In expressions, a power's base may not itself contain a power (no `7**7**7**7`, 
 have at most `MAX_DIGITS` digits and an expression at most `MAX_EXPRESSION_CHARS` characters; a list
 literal has at most `MAX_LIST_CHARS`. Other datasets' scorers compare or convert answers without
 evaluating them: every answer is admitted.
+
+The grammar is the one of the dataset whose scorer receives the answer: for a `composite` entry, the source
+dataset it names (`scoring_dataset`). A dataset with an evaluating scorer and no grammar is found by
+`guarded`, which the task config calls at validation.
+
+Every check runs in time linear in the answer's length: list literals are matched by RE2 (`google-re2`, an
+automaton without backtracking; Python's `re` took quadratic time on `[1` and spaces), and expressions are
+read by a one-pass tokenizer and a recursive-descent parser over at most `MAX_EXPRESSION_CHARS` characters.
 """
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Callable
 from typing import Any
+
+import re2
 
 MAX_EXPRESSION_CHARS = 1000
 MAX_LIST_CHARS = 100_000
@@ -159,11 +170,11 @@ def _list_of(item: str) -> str:
 _INT = r"-?\d{1,12}"
 _LETTER = r"""(?:'[A-Za-z]'|"[A-Za-z]")"""
 _CELL = r"""(?:'[Q_]'|"[Q_]")"""
-_LISTS = {
-    "binary_matrix": re.compile(rf"[\d\s]*|\s*{_list_of(_list_of(_INT))}\s*"),
-    "spiral_matrix": re.compile(rf"[\d\s]*|\s*{_list_of(_INT)}\s*"),
-    "string_insertion": re.compile(rf"\s*[A-Za-z]*\s*|\s*{_list_of(_LETTER)}\s*"),
-    "n_queens": re.compile(rf"[Q_\s]*|\s*{_list_of(_list_of(_CELL))}\s*"),
+_LISTS = {  # RE2: linear time whatever the input (these patterns backtrack quadratically in `re`)
+    "binary_matrix": re2.compile(rf"[\d\s]*|\s*{_list_of(_list_of(_INT))}\s*"),
+    "spiral_matrix": re2.compile(rf"[\d\s]*|\s*{_list_of(_INT)}\s*"),
+    "string_insertion": re2.compile(rf"\s*[A-Za-z]*\s*|\s*{_list_of(_LETTER)}\s*"),
+    "n_queens": re2.compile(rf"[Q_\s]*|\s*{_list_of(_list_of(_CELL))}\s*"),
 }
 
 
@@ -191,7 +202,56 @@ GRAMMARS: dict[str, Callable[[str, dict], bool]] = {
 """The datasets whose scorers evaluate the answer, and each one's grammar check `(answer, entry) -> bool`."""
 
 
+COMPOSITE = "composite"
+"""reasoning-gym's mixture of datasets: its scorer hands each entry to the scorer of the entry's source dataset."""
+
+REVIEWED: dict[str, str] = {
+    "advanced_geometry": "compares float() of the answer; sympy builds the problems",
+    "basic_arithmetic": "eval() computes the problems' answers, the scorer compares strings",
+    "bitwise_arithmetic": "eval() runs on the problem, the answer goes through int(answer, 0)",
+    "codeio": "exec() generates the problems, the scorer reads the answer with json.loads",
+    "number_sorting": "eval() may read the entry's own answer, the model's goes through json.loads",
+    "polynomial_equations": "reads the answer with float() per comma-separated item; sympy builds the problems",
+    "propositional_logic": "its own parser of P/Q/... formulas (named parse_expr), no eval",
+    "simple_equations": "the default scorer (string comparison); sympy builds the problems",
+}
+"""Datasets whose scorer's module calls `eval`/`exec` or uses sympy, but whose scorer was read (reasoning-gym
+0.1.25) and found never to evaluate the model's answer."""
+
+_EVALUATES = re.compile(r"\b(?:eval|exec)\s*\(|parse_expr|sympify|\bsympy\b")
+
+
+def evaluates(scorer: type) -> bool:
+    """Whether the modules defining the dataset class `scorer` and its `score_answer` call `eval`/`exec` or use
+    sympy (whose functions turn strings into code); True when their source cannot be read."""
+    modules = {inspect.getmodule(scorer), inspect.getmodule(getattr(scorer, "score_answer", scorer))}
+    try:
+        return any(module is None or _EVALUATES.search(inspect.getsource(module)) for module in modules)
+    except (OSError, TypeError):
+        return True
+
+
+def guarded(dataset: str, scorer: type) -> bool:
+    """Whether every answer `dataset`'s scorer (the class `scorer`) sees is safe to give it: the dataset has a
+    grammar, was reviewed (`REVIEWED`), or its scorer's modules evaluate nothing (`evaluates`)."""
+    return dataset in GRAMMARS or dataset in REVIEWED or not evaluates(scorer)
+
+
+def scoring_dataset(dataset: str, entry: dict[str, Any]) -> str | None:
+    """The dataset whose scorer receives answers to `entry` of `dataset`: the dataset itself, or for a composite
+    the source dataset the entry names (as reasoning-gym's composite scorer reads it); None when a composite's
+    entry names none (or names a composite)."""
+    if dataset != COMPOSITE:
+        return dataset
+    source = (entry.get("metadata") or {}).get("source_dataset")
+    return source if isinstance(source, str) and source != COMPOSITE else None
+
+
 def admits(dataset: str, answer: str, entry: dict[str, Any]) -> bool:
-    """Whether `answer` may reach the dataset's scorer (always, for a scorer that evaluates nothing)."""
-    grammar = GRAMMARS.get(dataset)
+    """Whether `answer` may reach the scorer of `dataset`'s `entry`: the grammar of the dataset that scores it
+    (`scoring_dataset`) admits it, or that dataset has no grammar; never when no dataset scores it. Linear time."""
+    scorer = scoring_dataset(dataset, entry)
+    if scorer is None:
+        return False
+    grammar = GRAMMARS.get(scorer)
     return grammar is None or grammar(answer, entry)

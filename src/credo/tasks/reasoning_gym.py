@@ -7,8 +7,8 @@ those removed), so the model never trains on an eval question. `config` is passe
 `reasoning_gym.create_dataset(dataset, size=..., seed=..., **config)`: the dataset's own options. Validating
 the config builds the dataset object and one problem, not the whole set.
 
-A response's answer is the content of its last `<answer>...</answer>` (reasoning-gym's own extractor), else
-of its last `\\boxed{...}` (else, with `answer_fallback: last_number`, its last number); the dataset's
+A response's answer is the content of its last `<answer>...</answer>` (as reasoning-gym's own extractor reads
+it, in linear time: `last_answer_tag`), else of its last `\\boxed{...}` (else, with `answer_fallback: last_number`, its last number); the dataset's
 `score_answer(answer, entry)` scores it (clamped to [0, 1]; a scorer that raises scores 0). The reward is
 that score (partial credit where the dataset gives it), or with
 `binary_reward` 1/0; a response is `correct` when its score reaches `correct_threshold`. No answer: 0.
@@ -16,7 +16,12 @@ that score (partial credit where the dataset gives it), or with
 The answer is untrusted (some scorers `eval` it): where the dataset's scorer evaluates answers, one outside
 the dataset's answer grammar (`credo.tasks.answer_grammar`) scores 0 without reaching the scorer, and every
 scorer runs in a sandbox worker (`credo.tasks.sandbox`) with a time limit of `score_timeout_s` per answer; a
-scoring that overruns it, dies or hits a limit scores 0 with `Verdict.sandbox_failed` set.
+scoring that overruns it, dies or hits a limit scores 0 with `Verdict.sandbox_failed` set. The grammar is the
+one of the dataset that scores the answer (a `composite` entry's source dataset), and a config naming a dataset
+(or a composite's entry) whose scorer evaluates answers without a grammar is refused at validation.
+`verify_batch` scores a batch within `verify_budget_s`: each answer's limit is the smaller of `score_timeout_s`
+and the budget left, and once the budget is spent the remaining answers score 0 without reaching the scorer, with
+`Verdict.sandbox_failed` set (so counted in `verify/sandbox_failures`) and counted in `over_budget`.
 
 `bucket_by` names keys of the entries' `metadata["difficulty"]` for the eval's difficulty buckets, e.g.
 `["num_terms"]` gives "num_terms=3"; a key the entry's metadata also holds on its own is that problem's value
@@ -32,15 +37,16 @@ import dataclasses
 import difflib
 import logging
 import math
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from types import ModuleType
 from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
 from credo.extras import require
-from credo.tasks.answer_grammar import admits
-from credo.tasks.base import TASKS, Problem, Verdict, seeded_epochs
+from credo.tasks.answer_grammar import COMPOSITE, admits, guarded
+from credo.tasks.base import TASKS, Problem, Verdict, seeded_epochs, verify_each
 from credo.tasks.jsonl import _NUMBER, last_boxed
 from credo.tasks.rewards import CustomReward, RewardedTask, RewardOptions
 from credo.tasks.sandbox import Sandbox
@@ -138,6 +144,12 @@ class ReasoningGymConfig(RewardOptions):
     """Keys of the entries' `metadata["difficulty"]` forming the eval buckets ("num_terms=3"); empty: "all"."""
     score_timeout_s: float = Field(10.0, gt=0.0, le=600.0)
     """Time (wall clock, and CPU) the sandboxed scorer may take per answer; beyond it the answer scores 0."""
+    verify_budget_s: float = Field(60.0, gt=0.0)
+    """Time (wall clock) scoring one batch may take in all; once spent, the batch's other answers score 0.
+
+    Each answer's limit is the smaller of `score_timeout_s` and the budget left (`verify_batch`); a batch of
+    well-formed answers takes well under a second, one of answers that each overrun `score_timeout_s` would
+    otherwise take the batch's size times it."""
 
     @property
     def dataset(self) -> str:
@@ -157,7 +169,23 @@ class ReasoningGymConfig(RewardOptions):
             raise ValueError(f"{self.name}: generating a problem with config {self.config} failed: "
                              f"{_describe(error)}") from None
         bucket(entry, self.bucket_by, self.name)
+        for dataset, scorer in scorers(self.dataset, probe).items():
+            if not guarded(dataset, scorer):
+                raise ValueError(f"{self.name}: the scorer of reasoning-gym dataset {dataset!r} evaluates answers "
+                                 f"(eval, exec or sympy in {scorer.__module__}) and credo has no answer grammar for "
+                                 "it; add one to credo.tasks.answer_grammar.GRAMMARS, or use another dataset")
         return self
+
+
+def scorers(dataset: str, built: Any) -> dict[str, type]:
+    """The datasets whose scorers see answers to `built` (the dataset `dataset`), with their classes: the dataset
+    itself, or a composite's parts (nested composites included)."""
+    if dataset != COMPOSITE:
+        return {dataset: type(built)}
+    found: dict[str, type] = {}
+    for name, part in built.datasets.items():
+        found.update(scorers(name, part))
+    return found
 
 
 def bucket(entry: dict[str, Any], keys: list[str], name: str) -> str:
@@ -178,10 +206,26 @@ def bucket(entry: dict[str, Any], keys: list[str], name: str) -> str:
     return ",".join(parts)
 
 
+OPEN, CLOSE = "<answer>", "</answer>"
+
+
+def last_answer_tag(response: str) -> str | None:
+    """The stripped content of the last `<answer>...</answer>`, read as reasoning-gym's `extract_answer` reads it
+    (tag pairs left to right, each closed by the first `</answer>` after it), in one pass: linear time (its
+    regex takes quadratic time on many unclosed `<answer>`)."""
+    found, position = None, 0
+    while (start := response.find(OPEN, position)) >= 0:
+        end = response.find(CLOSE, start + len(OPEN))
+        if end < 0:
+            break
+        found, position = response[start + len(OPEN):end], end + len(CLOSE)
+    return None if found is None else found.strip()
+
+
 def extract_answer(response: str, fallback: str = "none") -> str | None:
-    """The last `<answer>...</answer>` content (reasoning-gym's extractor), else the last `\\boxed{...}`, else
-    (with `fallback="last_number"`) the last number."""
-    answer = _reasoning_gym().utils.extract_answer(response)
+    """The last `<answer>...</answer>` content (`last_answer_tag`), else the last `\\boxed{...}`, else (with
+    `fallback="last_number"`) the last number. Linear time."""
+    answer = last_answer_tag(response)
     if answer is None:
         boxed = last_boxed(response)
         answer = boxed.strip() if boxed is not None else None
@@ -205,6 +249,8 @@ class ReasoningGymTask(RewardedTask):
         self._train: list[Problem] | None = None
         self._held_out: list[Problem] | None = None
         self._scorer_errors = 0
+        self.over_budget = 0
+        """Answers scored 0 without scoring because their batch's `verify_budget_s` was spent (so far)."""
         self.custom_reward = CustomReward.of(config)
 
     def _problem(self, entry: dict[str, Any]) -> Problem:
@@ -253,8 +299,24 @@ class ReasoningGymTask(RewardedTask):
                     self.name, len(held_out), config.eval_size)
         return held_out
 
-    def own_verify(self, problem: Problem, response: str) -> Verdict:
-        """The dataset's scorer on the response's answer, in the sandbox."""
+    def verify_batch(self, problems: Sequence[Problem], texts: Sequence[str],
+                     on_error: str) -> tuple[list[Verdict], int]:
+        """The verdicts on a batch and how many verifications failed, as `verify_all` gives them, the task's own
+        scoring taking at most `verify_budget_s` (plus one answer's tokenizing and grammar check) in all."""
+        if self.custom_reward is not None:
+            return self.custom_reward.verdicts(self, problems, texts, on_error)
+        deadline, before = time.monotonic() + self.config.verify_budget_s, self.over_budget
+        verdicts, errors = verify_each(self, lambda problem, text: self.own_verify(problem, text, deadline),
+                                       problems, texts, on_error)
+        if self.over_budget > before:
+            log.warning("%s: scoring a batch spent its verify_budget_s (%g s); %d of its %d answers scored 0 "
+                        "without scoring (counted in verify/sandbox_failures)", self.name,
+                        self.config.verify_budget_s, self.over_budget - before, len(texts))
+        return verdicts, errors
+
+    def own_verify(self, problem: Problem, response: str, deadline: float | None = None) -> Verdict:
+        """The dataset's scorer on the response's answer, in the sandbox, for at most `score_timeout_s` and
+        until `deadline` (`time.monotonic()`; past it, the answer scores 0 without scoring: `over_budget`)."""
         entry = problem.meta.get("entry")
         if entry is None:
             raise ValueError(f"{self.name}: the problem carries no reasoning-gym entry (meta['entry']); "
@@ -263,8 +325,13 @@ class ReasoningGymTask(RewardedTask):
         if answer is None or not admits(self.config.dataset, answer, entry):
             return Verdict(reward=0.0, correct=False)
         config = self.config
+        timeout_s = config.score_timeout_s if deadline is None else min(config.score_timeout_s,
+                                                                        deadline - time.monotonic())
+        if timeout_s <= 0:
+            self.over_budget += 1
+            return Verdict(reward=0.0, correct=False, sandbox_failed=True)
         outcome = SANDBOX.call("score", (config.dataset, config.config, config.size, config.seed, answer, entry),
-                               config.score_timeout_s)
+                               timeout_s)
         if outcome.failed:
             return Verdict(reward=0.0, correct=False, sandbox_failed=True)
         if outcome.error is not None:  # some scorers raise on malformed answers (e.g. int("abc")): a wrong answer
