@@ -13,11 +13,19 @@ from itertools import islice
 import pytest
 import reasoning_gym  # the test extra installs it
 
+import credo.tasks.reasoning_gym as rg_task
 from credo.config import ConfigError, load_config, validate
 from credo.extras import MissingExtra
-import credo.tasks.reasoning_gym as rg_task
-from credo.tasks import (ArithTask, JsonlTask, Problem, ReasoningGymTask, build_task, sandbox_failures, task_class,
-                         verify_all)
+from credo.tasks import (
+    ArithTask,
+    JsonlTask,
+    Problem,
+    ReasoningGymTask,
+    build_task,
+    sandbox_failures,
+    task_class,
+    verify_all,
+)
 from credo.tasks.reasoning_gym import DEFAULT_INSTRUCTION, EVAL_SEED_OFFSET, SANDBOX, ReasoningGymConfig, bucket
 from credo.tasks.sandbox import Outcome, Sandbox
 

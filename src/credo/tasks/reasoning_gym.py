@@ -8,9 +8,9 @@ those removed), so the model never trains on an eval question. `config` is passe
 the config builds the dataset object and one problem, not the whole set.
 
 A response's answer is the content of its last `<answer>...</answer>` (as reasoning-gym's own extractor reads
-it, in linear time: `last_answer_tag`), else of its last `\\boxed{...}` (else, with `answer_fallback: last_number`, its last number); the dataset's
-`score_answer(answer, entry)` scores it (clamped to [0, 1]; a scorer that raises scores 0). The reward is
-that score (partial credit where the dataset gives it), or with
+it, in linear time: `last_answer_tag`), else of its last `\\boxed{...}` (else, with `answer_fallback:
+last_number`, its last number); the dataset's `score_answer(answer, entry)` scores it (clamped to [0, 1]; a
+scorer that raises scores 0). The reward is that score (partial credit where the dataset gives it), or with
 `binary_reward` 1/0; a response is `correct` when its score reaches `correct_threshold`. No answer: 0.
 
 The answer is untrusted (some scorers `eval` it): where the dataset's scorer evaluates answers, one outside
@@ -20,8 +20,8 @@ scoring that overruns it, dies or hits a limit scores 0 with `Verdict.sandbox_fa
 one of the dataset that scores the answer (a `composite` entry's source dataset), and a config naming a dataset
 (or a composite's entry) whose scorer evaluates answers without a grammar is refused at validation.
 `verify_batch` scores a batch within `verify_budget_s`: each answer's limit is the smaller of `score_timeout_s`
-and the budget left, and once the budget is spent the remaining answers score 0 without reaching the scorer, with
-`Verdict.sandbox_failed` set (so counted in `verify/sandbox_failures`) and counted in `over_budget`.
+and the budget left, and once the budget is spent the remaining answers score 0 without reaching the scorer,
+with `Verdict.sandbox_failed` set (so counted in `verify/sandbox_failures`) and counted in `over_budget`.
 
 `bucket_by` names keys of the entries' `metadata["difficulty"]` for the eval's difficulty buckets, e.g.
 `["num_terms"]` gives "num_terms=3"; a key the entry's metadata also holds on its own is that problem's value
@@ -301,8 +301,9 @@ class ReasoningGymTask(RewardedTask):
 
     def verify_batch(self, problems: Sequence[Problem], texts: Sequence[str],
                      on_error: str) -> tuple[list[Verdict], int]:
-        """The verdicts on a batch and how many verifications failed, as `verify_all` gives them, the task's own
-        scoring taking at most `verify_budget_s` (plus one answer's tokenizing and grammar check) in all."""
+        """The verdicts on a batch and how many verifications failed, as `verify_all` gives them, the sandboxed
+        scoring stopping after `verify_budget_s` in all (extracting answers and checking grammars, linear in the
+        responses' lengths, and stopping an overrunning worker come on top)."""
         if self.custom_reward is not None:
             return self.custom_reward.verdicts(self, problems, texts, on_error)
         deadline, before = time.monotonic() + self.config.verify_budget_s, self.over_budget
