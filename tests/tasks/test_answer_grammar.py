@@ -45,8 +45,8 @@ class Recorder:
         return Outcome(value=1.0)
 
 
-def composite(*parts: str):
-    specs = [DatasetSpec(name, 1.0, {}) for name in parts]
+def composite(*parts: str | DatasetSpec):
+    specs = [part if isinstance(part, DatasetSpec) else DatasetSpec(part, 1.0, {}) for part in parts]
     return build_task({"name": "reasoning_gym:composite", "size": 12, "eval_size": 1, "config": {"datasets": specs}})
 
 
@@ -84,7 +84,8 @@ def test_a_composite_scores_through_the_sandbox():
     task = composite("countdown", "chain_sum")
     problem = rows_of(task, "countdown")[0]
     assert task.verify(problem, f"<answer>{problem.answer}</answer>").correct
-    assert not task.verify(problem, f"<answer>{PAYLOADS[0]}</answer>").correct
+    verdict = task.verify(problem, f"<answer>{PAYLOADS[0]}</answer>")
+    assert (verdict.correct, verdict.sandbox_failed) == (False, False)  # refused before the worker
 
 
 # ------------------------------------------------------------------------------------------ validation
@@ -97,6 +98,8 @@ def test_an_evaluating_dataset_without_a_grammar_is_refused_at_validation(monkey
         build_task({"name": "reasoning_gym:countdown", "size": 2, "eval_size": 1})
     with pytest.raises(ValueError, match=wanted):
         composite("chain_sum", "countdown")
+    with pytest.raises(ValueError, match=wanted):  # a composite inside a composite
+        composite("chain_sum", DatasetSpec("composite", 1.0, {"datasets": [DatasetSpec("countdown", 1.0, {})]}))
     build_task({"name": "reasoning_gym:chain_sum", "size": 2, "eval_size": 1})  # one that evaluates nothing
 
 
