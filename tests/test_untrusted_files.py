@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 
 import pytest
@@ -43,3 +45,52 @@ def test_credo_eval_imports_no_reward_module_unless_asked(tmp_path):
     result = runner.invoke(app, ["eval", str(run)])
     assert not sentinel.exists()
     assert result.exit_code == 2 and "only with --load-rewards" in result.output
+
+
+# ------------------------------------------------------------------------------------------ report folders
+REPORT = Path(__file__).parents[1] / "docs" / "results" / "credit-decisive"
+
+
+def files_under(root: Path) -> set[Path]:
+    return {path for path in root.rglob("*") if path.is_file()}
+
+
+def test_a_forged_report_folder_writes_nothing_outside_it(tmp_path):
+    """A difficulty named `../../../escaped` in study.yaml and report.json is refused before any figure leaves."""
+    from credo.study.report import write_report
+
+    forged = tmp_path / "a" / "b" / "forged"
+    forged.mkdir(parents=True)
+    name = "../../../escaped"
+    study = yaml.safe_load((REPORT / "study.yaml").read_text())
+    study["difficulties"] = {name: study["difficulties"]["decisive"]}
+    (forged / "study.yaml").write_text(yaml.safe_dump(study))
+    saved = json.loads((REPORT / "report.json").read_text())
+    (forged / "report.json").write_text(json.dumps({name: saved["decisive"]}))
+    before = files_under(tmp_path)
+    with pytest.raises(ValueError, match=r"refusing the file name '.*\.\./\.\./\.\./escaped.*', which leads outside"):
+        write_report(forged, from_json=True)
+    assert {path for path in files_under(tmp_path) - before if forged not in path.parents} == set()
+
+
+# ------------------------------------------------------------------------------------------ config files
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 9)}]\n" for i in range(8))
+"""Nine levels of nine aliases: 9^9 (387 million) strings from 9 lines."""
+
+
+def test_a_yaml_alias_bomb_is_refused_at_once_in_one_short_line(tmp_path):
+    (tmp_path / "bomb.yaml").write_text(BOMB)
+    started = time.perf_counter()
+    result = runner.invoke(app, ["config", str(tmp_path / "bomb.yaml")])
+    assert time.perf_counter() - started < 5
+    assert result.exit_code == 2 and "aliases (*name) are not allowed" in result.output
+    assert len(result.output) < 1000 and result.output.count("\n") == 1
+
+
+@pytest.mark.parametrize("config", [{"task": {"name": "x" * 100_000}}, {"base": ["y" * 100_000, 1]}])
+def test_a_huge_value_in_a_config_gives_a_short_error(tmp_path, config):
+    (tmp_path / "big.yaml").write_text(yaml.safe_dump(config))
+    result = runner.invoke(app, ["config", str(tmp_path / "big.yaml")])
+    assert result.exit_code == 2 and result.output.startswith("error:")
+    assert len(result.output) < 2500 and result.output.count("\n") == 1

@@ -69,9 +69,15 @@ USER_ERRORS = (ValueError, OSError, MissingExtra)
 install): shown without their type. Anything else is shown with its type, as an internal error."""
 
 
+MAX_ERROR = 2000
+"""The most characters of an error message `_fail` shows (one that quotes a huge value is cut there)."""
+
+
 def _fail(error: Exception) -> None:
-    """One line on stderr naming what went wrong, markup escaped; exit status 2."""
+    """One line on stderr naming what went wrong (at most `MAX_ERROR` characters), markup escaped; exit status 2."""
     message = " ".join(str(error).split()) or type(error).__name__
+    if len(message) > MAX_ERROR:
+        message = f"{message[:MAX_ERROR]}... ({len(message) - MAX_ERROR:,} more characters cut)"
     if not isinstance(error, USER_ERRORS):
         message = f"{type(error).__name__}: {message} (run with --debug for the traceback)"
     errors.print(f"[bold red]error:[/bold red] {escape(message)}")

@@ -36,10 +36,19 @@ from credo.methods import get_method
 from credo.rollout.options import RolloutConfig
 from credo.schema import Section
 from credo.tasks import RewardFunction, task_class
+from credo.tasks.base import short_repr
 
 
 class YamlLoader(yaml.SafeLoader):
-    """YAML 1.1's safe loader, but `1e-5` is a float (PyYAML reads exponents without a dot as strings)."""
+    """YAML 1.1's safe loader, but `1e-5` is a float (PyYAML reads exponents without a dot as strings), and an
+    alias (`*name`, `<<: *name`) is an error: without them a config is no larger than its file (an alias bomb
+    expands a few lines into gigabytes)."""
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.composer.ComposerError(None, None, "aliases (*name) are not allowed in a credo config; "
+                                              "write the value out", self.peek_event().start_mark)
+        return super().compose_node(parent, index)
 
 
 YamlLoader.add_implicit_resolver(
@@ -275,7 +284,7 @@ def task_config(options: dict[str, Any], *, load_rewards: bool = True) -> BaseMo
             if problem["type"] == "extra_forbidden":
                 problems.append(f"{key}: unknown key; allowed: {', '.join(config_class.model_fields)}")
             else:
-                problems.append(f"{key + ': ' if key else ''}{problem['msg'].removeprefix('Value error, ')}")
+                problems.append(f"{key + ': ' if key else ''}{clip(problem['msg'].removeprefix('Value error, '))}")
         raise ValueError("; ".join(problems)) from None
 
 
@@ -357,7 +366,7 @@ def base_files(bases: Any, where: str) -> list[str]:
     """A `base` value as a list of file names (one name or a list); anything else is a ConfigError naming `where`."""
     bases = [bases] if isinstance(bases, str) else bases
     if not isinstance(bases, list) or not all(isinstance(b, str) for b in bases):
-        raise ConfigError(f"{where}: base must be a file name or a list of file names, got {bases!r}")
+        raise ConfigError(f"{where}: base must be a file name or a list of file names, got {short_repr(bases, 200)}")
     return bases
 
 
@@ -389,11 +398,16 @@ def validate(data: dict[str, Any], where: str = "<config>", *, load_rewards: boo
         lines = []
         for problem in error.errors():
             key = ".".join(str(p) for p in problem["loc"]) or "config"
-            message = problem["msg"].removeprefix("Value error, ")
+            message = clip(problem["msg"].removeprefix("Value error, "))
             if problem["type"] == "extra_forbidden":
                 message = f"unknown key; allowed here: {_allowed(problem['loc'])}"
             lines.append(f"  {key}: {message}")
         raise ConfigError(f"invalid config {where}:\n" + "\n".join(lines)) from None
+
+
+def clip(message: str, limit: int = 300) -> str:
+    """An error message cut to `limit` characters (one that shows a huge value stays readable)."""
+    return message if len(message) <= limit else message[:limit - 3] + "..."
 
 
 def _allowed(loc: tuple) -> str:
@@ -446,7 +460,7 @@ def check_resume(recorded: Path, config: RunConfig) -> None:
     if not recorded.exists():
         return
     before, after = load_config(recorded, load_rewards=False).model_dump(mode="json"), config.model_dump(mode="json")
-    frozen = [f"{key} ({old!r} -> {new!r}: {_why_frozen(key)})"
+    frozen = [f"{key} ({short_repr(old, 200)} -> {short_repr(new, 200)}: {_why_frozen(key)})"
               for key, old, new in _differences(before, after) if key not in RESUMABLE]
     if frozen:
         raise ConfigError(f"--resume cannot change {'; '.join(frozen)}; start a new run for other settings "

@@ -86,6 +86,19 @@ def refuse_links(folder: Path) -> None:
                           f"{folder} and follows no link there (remove it, or check where this directory came from)")
 
 
+def path_inside(folder: Path, name: str) -> Path:
+    """`folder / name`, for a `name` read from a file (a report's difficulty or metric): a ValueError naming it
+    unless it is a relative path without `..`, a backslash or a NUL, and `folder / name` resolves inside
+    `folder` (no link on the way leads out)."""
+    path = folder / name
+    if (Path(name).is_absolute() or ".." in Path(name).parts or "\\" in name or "\0" in name
+            or not path.resolve().is_relative_to(folder.resolve())):
+        shown = name if len(name) <= 100 else name[:97] + "..."
+        raise ValueError(f"{folder}: refusing the file name {shown!r}, which leads outside the folder (a name read "
+                         "from a file here must not hold '..', '/' at its start, '\\' or a link leading out)")
+    return path
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     """Write `text` into `path` through a fsynced temporary file renamed into place."""
     write_lines_atomic(path, [text])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from credo.io import path_inside
 from credo.plots import (
     FAMILY_COLOURS,
     family_key,
@@ -179,7 +180,8 @@ def family_curves(curves: dict[str, dict], metric: str, report: ReportConfig, ou
     blocks: list[Block] = []
     for family, methods in family_figures(list(curves), report).items():
         path = name.removesuffix(".png") + f"_{family}.png"
-        plot_curves({m: curves[m] for m in methods}, metric, out / path, f"{title} · {family} methods", budget=budget)
+        plot_curves({m: curves[m] for m in methods}, metric, path_inside(out, path), f"{title} · {family} methods",
+                    budget=budget)
         beside = " and ".join(f"`{m}`" for m in (report.baseline, report.oracle) if m in methods)
         blocks.append(Image(path, f"{metric} of the {family} methods beside {beside}"))
     return blocks

@@ -27,9 +27,8 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
-from credo.io import iter_jsonl, write_text_atomic
+from credo.config import read_yaml_mapping
+from credo.io import iter_jsonl, path_inside, write_text_atomic
 from credo.study.analysis import DifficultyResult, analyse, recovered_result
 from credo.study.document import Block, Bullets, Code, Heading, Image, Paragraph, to_html, to_markdown
 from credo.study.figures import family_curves, mean_curves, plot_curves, plot_differences
@@ -114,7 +113,7 @@ def results_from_json(directory: Path, study: dict) -> dict[str, DifficultyRepor
             continue
         values = RegimeValues.from_json(saved) if "per_seed" in saved else None
         result = recovered_result(saved, report, difficulty) if values is None else analyse(values, report, difficulty)
-        records = directory / f"credit_{difficulty}.jsonl"
+        records = path_inside(directory, f"credit_{difficulty}.jsonl")
         out[difficulty] = DifficultyReport(result, values, saved.get("curves"), saved.get("unfinished", []),
                                            list(iter_jsonl(records)) if records.exists() else None)
     return out
@@ -140,7 +139,7 @@ def write_report(directory: str | Path, output: str | Path | None = None, *, htm
     study_file = directory / STUDY_FILE
     if not study_file.exists():
         raise FileNotFoundError(f"{directory} is not a study directory (no {STUDY_FILE}); run `credo compare` first")
-    study = yaml.safe_load(study_file.read_text())
+    study = read_yaml_mapping(study_file, "a resolved study")
     report = ReportConfig(**study.get("report", {}))
     results = results_from_json(directory, study) if from_json else results_from_runs(directory, report)
 
@@ -170,16 +169,16 @@ def write_report(directory: str | Path, output: str | Path | None = None, *, htm
         blocks += [Heading("Findings", 3), Bullets(tuple(findings(result, report)))]
         names = {metric: f"plots/{difficulty}_{metric.replace('@', '_at_')}.png" for metric in saved.metrics()}
         if saved.curves is None:  # figures an earlier version drew, where they are
-            names = {metric: name for metric, name in names.items() if (directory / name).exists()}
+            names = {metric: name for metric, name in names.items() if path_inside(directory, name).exists()}
         if not result.per_seed:
             blocks += [Heading("What this report could not recompute", 3), unrecomputed(result, list(names))]
         forest = f"plots/{difficulty}_area_vs_{report.baseline}.png"
-        if plot_differences(result, report.baseline, out / forest, f"{study['name']} · {difficulty}"):
+        if plot_differences(result, report.baseline, path_inside(out, forest), f"{study['name']} · {difficulty}"):
             blocks.append(Image(forest, f"paired difference of the area to {report.baseline}'s"))
         kept = []
         for metric, name in names.items():
             if saved.curves is not None:
-                plot_curves(saved.curves[metric], metric, out / name, f"{study['name']} · {difficulty}",
+                plot_curves(saved.curves[metric], metric, path_inside(out, name), f"{study['name']} · {difficulty}",
                             budget=result.budget)
             else:
                 _keep(directory, out, name)
@@ -194,7 +193,7 @@ def write_report(directory: str | Path, output: str | Path | None = None, *, htm
                 "holds no curve data to draw them again (it was written before the report kept the curves)."))
         page = f"credit_{difficulty}.html"
         if saved.samples is not None:
-            write_heatmap(saved.samples, out / page, scale=report.heatmap_scale,
+            write_heatmap(saved.samples, path_inside(out, page), scale=report.heatmap_scale,
                           title=f"{study['name']} · {difficulty}: credit per token at step {report.heatmap_step}")
         elif not _keep(directory, out, page):
             continue
@@ -211,10 +210,11 @@ def write_report(directory: str | Path, output: str | Path | None = None, *, htm
 
 def _keep(directory: Path, out: Path, name: str) -> bool:
     """Whether a file the report cannot make again is there (copied into `out` when it writes elsewhere)."""
-    source = directory / name
+    source = path_inside(directory, name)
     if not source.exists():
         return False
     if out.resolve() != directory.resolve():
-        (out / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, out / name)
+        target = path_inside(out, name)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
     return True

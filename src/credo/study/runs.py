@@ -12,8 +12,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
+from credo.config import read_yaml_mapping
 from credo.io import iter_jsonl
 from credo.study.curves import Curve, checkpoint_curve
 from credo.study.grid import STUDY_FILE, run_path
@@ -73,7 +72,7 @@ def load_runs(directory: Path) -> tuple[dict, dict[str, dict[str, list[Run]]]]:
     study_file = directory / STUDY_FILE
     if not study_file.exists():
         raise FileNotFoundError(f"{directory} is not a study directory (no {STUDY_FILE}); run `credo compare` first")
-    study = yaml.safe_load(study_file.read_text())
+    study = read_yaml_mapping(study_file, "a resolved study")
     out: dict[str, dict[str, list[Run]]] = {}
     for difficulty in study["difficulties"]:
         out[difficulty] = {}
@@ -96,7 +95,7 @@ def read_run(path: Path, method: str, seed: int) -> Run:
         elif "grad_norm" in record:
             norms.append(float(record["grad_norm"]))
     config = path / "config.yaml"
-    every = (yaml.safe_load(config.read_text()) or {}).get("train", {}).get("eval_every_tokens") if config.exists() else None
+    every = read_yaml_mapping(config, "a run config").get("train", {}).get("eval_every_tokens") if config.exists() else None
     return Run(method, seed, path, evals, json.loads((path / "summary.json").read_text()), tuple(norms), every)
 
 
