@@ -132,6 +132,22 @@ def test_a_new_scorer_that_evaluates_is_found(tmp_path, monkeypatch, body, evalu
     assert guarded("a_new_dataset", scorer) is not evaluating
 
 
+@pytest.mark.parametrize(("dataset", "answer", "admitted"), [
+    ("spiral_matrix", "1 2 3", True),
+    ("spiral_matrix", "[1, 2, 3]", True),
+    ("spiral_matrix", "[1, 2, 3", False),
+    ("spiral_matrix", "[1, 2, __import__('os')]", False),
+    ("binary_matrix", "[[1, 0],\n [0, 1]]", True),
+    ("binary_matrix", "[[1, 0], [0, 1]", False),
+    ("n_queens", "[['Q', '_'], ['_', 'Q']]", True),
+    ("n_queens", "[['Q', 'x']]", False),
+    ("string_insertion", "['a', 'b',]", True),
+    ("string_insertion", "['ab']", False),
+])
+def test_the_list_grammars_on_re2_keep_their_language(dataset, answer, admitted):
+    assert admits(dataset, answer, ENTRY) is admitted
+
+
 # ------------------------------------------------------------------------------------------ extraction
 
 
