@@ -232,8 +232,8 @@ def evaluates(scorer: type) -> bool:
 
 
 def guarded(dataset: str, scorer: type) -> bool:
-    """Whether every answer `dataset`'s scorer (the class `scorer`) sees is safe to give it: the dataset has a
-    grammar, was reviewed (`REVIEWED`), or its scorer's modules evaluate nothing (`evaluates`)."""
+    """Whether `dataset` (scored by the class `scorer`) may be trained on: it has a grammar, was read and found to
+    evaluate no answer (`REVIEWED`), or its scorer's modules hold no `eval`, `exec` or sympy (`evaluates`)."""
     return dataset in GRAMMARS or dataset in REVIEWED or not evaluates(scorer)
 
 
