@@ -1,7 +1,7 @@
 """math-verify grading in a worker process: equivalences, from threads, batches, the hard timeout, `match: math`.
 
-The worker is one per test process (started by the first test that grades, about 1 s); only the timeout
-tests restart it.
+The worker is one per test process (started by the first test that grades, about 1 s); only the dead-worker
+test restarts it.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def test_math_verify_own_timeout_keeps_the_worker():
     assert grade_math(HEAVY, "(x+1)^{200000}", timeout_s=1) is True  # identical forms match without expanding
 
 
-def test_the_hard_bound_kills_and_restarts_the_worker(monkeypatch, caplog):
+def test_the_hard_bound_stops_the_answer_and_keeps_the_worker(monkeypatch, caplog):
     # timeout_s below a second: math-verify's alarms still wait 1 s, so the caller's hard bound
     # (3 * 0.01 + 0.2 s) strikes first, as it would for a worker stuck where no alarm reaches
     monkeypatch.setattr(math_grading, "MARGIN_S", 0.2)
@@ -131,12 +131,12 @@ def test_the_hard_bound_kills_and_restarts_the_worker(monkeypatch, caplog):
     started = time.time()
     with caplog.at_level(logging.WARNING, logger="credo.tasks.sandbox"):
         verdicts = in_thread(grade_math_many, pairs, timeout_s=0.01)
-    # only the answer that overran is wrong: the ones after it are graded by a fresh worker
+    # only the answer that overran is wrong: its child was killed, the same worker grades the ones after it
     assert verdicts == [True, False, True, False]
-    assert worker_pid() not in (None, pid)
+    assert worker_pid() == pid
     [warning] = [r for r in caplog.records if "took longer than" in r.getMessage()]
     assert re.search(r"math-verify sandbox: grade\('.*\(x\+1\).*'\) took longer than 0\.23 s; counted as a failed "
-                     r"verification, restarting the worker", warning.getMessage())
+                     r"verification$", warning.getMessage())
     assert warning.created - started < 0.9  # the bound (0.23 s) struck well before math-verify's own 1 s timeout
     assert grade_math("\\boxed{\\frac{1}{2}}", "0.5") is True
 

