@@ -12,6 +12,7 @@ import math
 import sys
 import time
 from collections.abc import Callable
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -160,10 +161,12 @@ def test_the_linear_extractor_reads_answers_as_reasoning_gym_does(text):
 # ------------------------------------------------------------------------------------------ linear time
 
 SIZES = (1_000, 10_000, 100_000)
-MAX_RATIO = 30
-"""The largest time ratio allowed between inputs ten times apart: linear time gives about 10, quadratic 100."""
-FLOOR_S = 2e-4
-"""Times below this count as this much (a ratio of tiny times is noise)."""
+MAX_RATIO = 40
+"""The largest time ratio allowed between inputs ten times apart: quadratic time gives 100, linear time about
+10, up to 20 from 10k to 100k characters on a busy machine (the larger inputs no longer fit the caches)."""
+FLOOR_S = 1e-3
+"""Times below this count as this much: a ratio of tiny times is noise, and growth that stays under
+`MAX_RATIO` ms at 100k characters is harmless whatever its order."""
 
 
 def fill(prefix: str, unit: str, suffix: str = "") -> Callable[[int], str]:
@@ -210,29 +213,29 @@ EXTRACTION_INPUTS = {
 ENTRY = {"metadata": {"variable": "x", "variables": ["x", "y"]}}
 
 
-def best_time(check: Callable[[str], object], text: str) -> float:
-    """The least of a few timings of `check(text)` (the machine is shared: the least is the least disturbed)."""
-    best, spent = math.inf, 0.0
-    for _ in range(5):
-        started = time.perf_counter()
-        check(text)
-        took = time.perf_counter() - started
-        best, spent = min(best, took), spent + took
+def least_times(check: Callable[[str], object], texts: list[str]) -> list[float]:
+    """The least of a few timings of `check` on each text, taken in turns (the machine is shared: a busy spell
+    then slows every size alike, and the least is the least disturbed); fewer turns once they take 0.5 s."""
+    least, spent = [math.inf] * len(texts), 0.0
+    for _ in range(7):
+        for i, text in enumerate(texts):
+            started = time.perf_counter()
+            check(text)
+            took = time.perf_counter() - started
+            least[i], spent = min(least[i], took), spent + took
         if spent > 0.5:
             break
-    return best
+    return least
 
 
 def assert_linear(check: Callable[[str], object], make: Callable[[int], str]) -> None:
     """Each tenfold longer input takes less than `MAX_RATIO` times as long (stopping at the first that does not)."""
-    times = []
-    for size in SIZES:
-        text = make(size)
-        assert len(text) == size <= MAX_LIST_CHARS
-        times.append(best_time(check, text))
-        if len(times) > 1:
-            ratio = times[-1] / max(times[-2], FLOOR_S)
-            assert ratio < MAX_RATIO, f"{size // 10} -> {size} characters: {times[-2]:.5f} s -> {times[-1]:.5f} s"
+    for small, large in pairwise(SIZES):
+        texts = [make(small), make(large)]
+        assert [len(text) for text in texts] == [small, large] and large <= MAX_LIST_CHARS
+        short, long = least_times(check, texts)
+        ratio = long / max(short, FLOOR_S)
+        assert ratio < MAX_RATIO, f"{small} -> {large} characters: {short:.5f} s -> {long:.5f} s"
 
 
 @pytest.mark.parametrize("dataset", sorted(GRAMMARS))

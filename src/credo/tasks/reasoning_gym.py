@@ -218,8 +218,8 @@ def last_answer_tag(response: str) -> str | None:
         end = response.find(CLOSE, start + len(OPEN))
         if end < 0:
             break
-        found, position = response[start + len(OPEN):end], end + len(CLOSE)
-    return None if found is None else found.strip()
+        found, position = (start + len(OPEN), end), end + len(CLOSE)
+    return None if found is None else response[found[0]:found[1]].strip()
 
 
 def extract_answer(response: str, fallback: str = "none") -> str | None:
@@ -230,9 +230,16 @@ def extract_answer(response: str, fallback: str = "none") -> str | None:
         boxed = last_boxed(response)
         answer = boxed.strip() if boxed is not None else None
     if answer is None and fallback == "last_number":
-        numbers = _NUMBER.findall(response)
-        answer = numbers[-1].replace(",", "") if numbers else None
+        answer = last_number(response)
     return answer
+
+
+def last_number(response: str) -> str | None:
+    """The response's last number, without thousands separators (one pass, keeping only the last match)."""
+    match = None
+    for match in _NUMBER.finditer(response):
+        pass
+    return None if match is None else match.group().replace(",", "")
 
 
 @TASKS.register(FAMILY)
