@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
+from safetensors.torch import save_file
 from typer.testing import CliRunner
 
 from credo.cli import app
@@ -94,3 +97,25 @@ def test_a_huge_value_in_a_config_gives_a_short_error(tmp_path, config):
     result = runner.invoke(app, ["config", str(tmp_path / "big.yaml")])
     assert result.exit_code == 2 and result.output.startswith("error:")
     assert len(result.output) < 2500 and result.output.count("\n") == 1
+
+
+# ------------------------------------------------------------------------------------------ checkpoints
+def test_a_deflate_bomb_trainer_pt_is_refused_before_it_inflates(tmp_path):
+    """torch.load reads DEFLATE members too: a 40 MB tensor of zeros in a ~40 kB trainer.pt (1,000x)."""
+    from credo.checkpoint import CheckpointError, read_checkpoint
+
+    genuine = tmp_path / "genuine.pt"
+    torch.save({"optimizer": {"state": {0: {"exp_avg": torch.zeros(10_000_000)}}, "param_groups": []},
+                "scheduler": {}, "torch_rng": torch.get_rng_state(), "cuda_rng": [], "python_rng": (3, (1,), None)},
+               genuine)
+    checkpoint = tmp_path / "checkpoints" / "step_000002"
+    checkpoint.mkdir(parents=True)
+    with zipfile.ZipFile(genuine) as source, zipfile.ZipFile(checkpoint / "trainer.pt", "w", zipfile.ZIP_DEFLATED) as bomb:
+        for member in source.infolist():
+            bomb.writestr(member.filename, source.read(member.filename))
+    assert (checkpoint / "trainer.pt").stat().st_size * 500 < genuine.stat().st_size
+    save_file({"w": torch.zeros(2)}, checkpoint / "trainable.safetensors")
+    (checkpoint / "state.json").write_text(json.dumps({"step": 2}))
+    with pytest.raises(CheckpointError, match=r"refusing to load .*trainer.pt: its member '.*' is compressed"):
+        read_checkpoint(checkpoint)
+

@@ -5,7 +5,7 @@ records), `samples.jsonl`, `checkpoints/step_NNNNNN/`, `model/` (the final weigh
 directory), `summary.json`, `plots/` and `.lock` (locked while a process trains in the directory). A
 checkpoint holds the trainable weights (safetensors), `trainer.pt` (the optimiser and scheduler states and
 the RNG states: tensors and plain types only, loaded with `torch.load(weights_only=True)`) and `state.json`
-(step, data position, counters). Its files are fsynced before the folder is renamed into place; resuming
+(step, data position, counters; read back strictly, `TrainState`). Its files are fsynced before the folder is renamed into place; resuming
 passes over an unreadable newest checkpoint to the one before it. With `train.report_to`, the trackers' local
 files go there too (`tensorboard/`, `wandb/`, `mlruns/`, and `trackers.json`, their run ids); with a KL
 penalty, `reference.json` (the reference weights' fingerprint, `credo.train.check_reference`).
@@ -17,18 +17,18 @@ import contextlib
 import errno
 import fcntl
 import functools
-import json
 import logging
 import os
 import pickle
 import random
 import shutil
+import zipfile
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, model_validator
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
@@ -40,6 +40,7 @@ from credo.io import (
     read_jsonl,
     recover_directories,
     refuse_links,
+    validation_problem,
     write_json_atomic,
     write_jsonl_atomic,
 )
@@ -63,19 +64,60 @@ class UnreadableCheckpoint(Exception):
     """A checkpoint whose files are missing, truncated or corrupt (`load_latest_checkpoint` passes over it)."""
 
 
-@dataclass
-class TrainState:
-    step: int = 0
+class TrainState(BaseModel):
+    """A run's progress, a checkpoint's `state.json`: read back strictly (integers that are integers, a finite
+    wall time, nothing negative, no unknown key) and, given the most problems a step takes
+    (`context={"problems_per_step": n}`), with a `data_position` that `step` steps could reach, so that a forged
+    state cannot send a resume skipping through billions of problems."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, use_attribute_docstrings=True)
+
+    step: int = Field(0, ge=0)
     """Rollout batches completed."""
-    data_position: int = 0
+    data_position: int = Field(0, ge=0)
     """Training problems consumed from the task's stream."""
-    rollout_tokens: int = 0
+    rollout_tokens: int = Field(0, ge=0)
     """Every token generated so far (including discarded draws)."""
-    wall_s: float = 0.0
+    wall_s: float = Field(0.0, ge=0.0)
     """Training wall time so far (across resumptions)."""
-    nan_streak: int = 0
+    nan_streak: int = Field(0, ge=0)
     """Consecutive steps with a skipped update (`credo.train.update`)."""
-    skipped_steps: int = 0
+    skipped_steps: int = Field(0, ge=0)
+
+    @model_validator(mode="after")
+    def _reachable(self, info: ValidationInfo) -> TrainState:
+        per_step = (info.context or {}).get("problems_per_step")
+        if per_step is not None and self.data_position > self.step * per_step:
+            raise ValueError(f"data_position = {self.data_position} is more than the {self.step * per_step} training "
+                             f"problems {self.step} steps can take ({per_step} a step)")
+        return self
+
+
+class StepRecord(BaseModel):
+    """What every record of `samples.jsonl` holds (checked as it is read back): its step."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    step: int = Field(ge=0)
+
+
+class MetricsRecord(StepRecord):
+    """A record of `metrics.jsonl` as it is read back: a step record (`rollout_tokens`, `wall_s` and numbers) or
+    an evaluation record (`eval`, a mapping of metrics, and perhaps `token_checkpoint`)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    rollout_tokens: int | None = Field(None, ge=0)
+    wall_s: float | None = Field(None, ge=0.0, allow_inf_nan=False)
+    eval: dict[str, Any] | None = None
+    token_checkpoint: int | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _numbers(self) -> MetricsRecord:
+        for key, value in (self.model_extra or {}).items():
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise ValueError(f"{key} is a {type(value).__name__}, not a number")
+        return self
 
 
 class RunDirectory:
@@ -110,14 +152,15 @@ class RunDirectory:
         return Trackers(config.train.report_to, self.root, project=config.train.tracker_project,
                         config=config.model_dump(mode="json"), resumed_step=resumed_step)
 
-    def records(self, path: Path | None = None) -> list[dict]:
-        return read_jsonl(path or self.metrics_file)
+    def records(self) -> list[dict]:
+        """metrics.jsonl's records, each checked (`MetricsRecord`; a ValueError names the line and the field)."""
+        return read_jsonl(self.metrics_file, MetricsRecord)
 
     def truncate(self, step: int) -> None:
         """Drop records after `step` (a killed run may have logged past its last checkpoint) and a torn last
-        line, streaming each log through a temporary file."""
-        for path in (self.metrics_file, self.samples_file):
-            write_jsonl_atomic(path, (r for r in iter_jsonl(path) if r["step"] <= step))
+        line, streaming each log through a temporary file; each record is checked (`MetricsRecord`, `StepRecord`)."""
+        for path, schema in ((self.metrics_file, MetricsRecord), (self.samples_file, StepRecord)):
+            write_jsonl_atomic(path, (r for r in iter_jsonl(path, schema) if r["step"] <= step))
 
     def clear_logs(self) -> None:
         """Remove what a run killed before its first checkpoint logged, so that it can start again from step 0."""
@@ -198,7 +241,7 @@ def save_checkpoint(run: RunDirectory, model, optimizer, scheduler, state: Train
                 },
                 tmp / "trainer.pt",
             )
-            write_json_atomic(tmp / "state.json", asdict(state))
+            write_json_atomic(tmp / "state.json", state.model_dump())
     except (OSError, RuntimeError, SafetensorError) as error:
         if disk_full(error):
             raise OSError(f"disk full while writing checkpoint {target}") from error
@@ -218,19 +261,30 @@ def disk_full(error: BaseException) -> bool:
                                          "StorageFull"))
 
 
-def read_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], dict, TrainState]:
+def read_checkpoint(path: Path, problems_per_step: int | None = None) -> tuple[dict[str, torch.Tensor], dict, TrainState]:
     """A checkpoint's weights, trainer state (`trainer.pt`, loaded with `weights_only=True`) and TrainState.
 
-    Raises UnreadableCheckpoint for missing, truncated or corrupt files, CheckpointError for a `trainer.pt`
-    that holds anything but tensors and plain types (torch's weights-only unpickler met a GLOBAL it refuses).
+    Raises UnreadableCheckpoint for missing, truncated or corrupt files and for a `state.json` that `TrainState`
+    refuses (given `problems_per_step`, the most a step takes), CheckpointError for a `trainer.pt` that holds
+    anything but tensors and plain types (torch's weights-only unpickler met a GLOBAL it refuses) or that could
+    inflate on load (`check_archive`).
     """
     try:
+        state = TrainState.model_validate_json((path / "state.json").read_bytes(),
+                                               context={"problems_per_step": problems_per_step})
+    except ValidationError as error:
+        raise UnreadableCheckpoint(f"state.json: {validation_problem(error)}") from None
+    except OSError as error:
+        raise UnreadableCheckpoint(_reason(error)) from error
+    try:
         weights = load_file(path / "trainable.safetensors")
+        check_archive(path / "trainer.pt")
         extra = torch.load(path / "trainer.pt", weights_only=True)
-        state = TrainState(**json.loads((path / "state.json").read_text()))
         missing = {"optimizer", "scheduler", "torch_rng", "cuda_rng", "python_rng"} - set(extra)
         if missing:
             raise KeyError(f"trainer.pt lacks {sorted(missing)}")
+    except CheckpointError:
+        raise
     except pickle.UnpicklingError as error:
         reason = _unpickler_reason(error)
         if "GLOBAL" not in reason:  # bytes that are no pickle torch reads: damage, not an object to refuse
@@ -239,14 +293,32 @@ def read_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], dict, TrainSta
             f"refusing to load {path / 'trainer.pt'}: it holds objects other than tensors and plain types "
             f"({reason}); credo's checkpoints never do, so it was not written by credo"
         ) from None
-    except (OSError, RuntimeError, EOFError, ValueError, KeyError, TypeError, AttributeError, SafetensorError) as error:
+    except (OSError, RuntimeError, EOFError, ValueError, KeyError, TypeError, AttributeError, SafetensorError,
+            zipfile.BadZipFile) as error:
         raise UnreadableCheckpoint(_reason(error)) from error
     return weights, extra, state
 
 
-def load_checkpoint(path: Path, model, optimizer, scheduler) -> TrainState:
-    """Restore the model, optimiser, scheduler and RNG states from one checkpoint; returns its TrainState."""
-    weights, extra, state = read_checkpoint(path)
+def check_archive(path: Path) -> None:
+    """Refuse (CheckpointError) a `trainer.pt` that could inflate on load: torch.save writes a zip archive whose
+    members are stored uncompressed, so what `torch.load` reads is at most the file's size; a compressed member
+    (a few kilobytes of DEFLATE can hold gigabytes) or members declaring more bytes than the file holds
+    (entries sharing the same bytes) are never credo's. A file that is no zip archive is a BadZipFile."""
+    with zipfile.ZipFile(path) as archive:
+        members = archive.infolist()
+    compressed = next((m for m in members if m.compress_type != zipfile.ZIP_STORED), None)
+    declared, size = sum(m.file_size for m in members), path.stat().st_size
+    if compressed is not None or declared > size:
+        why = (f"its member {compressed.filename[:100]!r} is compressed" if compressed is not None
+               else f"its members declare {declared:,} bytes, more than the file's {size:,}")
+        raise CheckpointError(f"refusing to load {path}: {why}; torch.save stores every member uncompressed, so it "
+                              "was not written by credo (loading it could take far more memory than its size)")
+
+
+def load_checkpoint(path: Path, model, optimizer, scheduler, problems_per_step: int | None = None) -> TrainState:
+    """Restore the model, optimiser, scheduler and RNG states from one checkpoint; returns its TrainState
+    (`read_checkpoint`)."""
+    weights, extra, state = read_checkpoint(path, problems_per_step)
     params = dict(model.named_parameters())
     missing = sorted(set(weights) ^ {n for n, p in params.items() if p.requires_grad})
     if missing:
@@ -263,16 +335,18 @@ def load_checkpoint(path: Path, model, optimizer, scheduler) -> TrainState:
     return state
 
 
-def load_latest_checkpoint(run: RunDirectory, model, optimizer, scheduler) -> TrainState | None:
+def load_latest_checkpoint(run: RunDirectory, model, optimizer, scheduler,
+                           problems_per_step: int | None = None) -> TrainState | None:
     """Restore the newest readable checkpoint; None when the run has no checkpoint.
 
-    An unreadable one (truncated or corrupt files) is passed over for the one before it, with a warning
+    An unreadable one (truncated or corrupt files, a `state.json` out of type or range: `read_checkpoint`) is
+    passed over for the one before it, with a warning
     naming both; CheckpointError when none is readable, or when one holds more than tensors and plain types.
     """
     unreadable: list[tuple[Path, str]] = []
     for path in reversed(run.checkpoint_paths()):
         try:
-            state = load_checkpoint(path, model, optimizer, scheduler)
+            state = load_checkpoint(path, model, optimizer, scheduler, problems_per_step)
         except UnreadableCheckpoint as error:
             unreadable.append((path, str(error)))
             continue

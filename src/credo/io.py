@@ -20,6 +20,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ValidationError
+
 log = logging.getLogger(__name__)
 
 
@@ -148,12 +150,12 @@ def append_jsonl(path: Path, record: dict) -> None:
         os.close(fd)
 
 
-def iter_jsonl(path: Path) -> Iterator[dict]:
+def iter_jsonl(path: Path, schema: type[BaseModel] | None = None) -> Iterator[dict]:
     """The records of a JSON-lines file, read one line at a time (blank lines skipped; none if it does not exist).
 
     A last line without its newline that is not valid JSON (an append torn by a kill or a full disk) is
-    skipped with a warning naming the file; a malformed line anywhere else is a ValueError naming the file
-    and the line number.
+    skipped with a warning naming the file; a malformed line anywhere else, or a record that `schema` (a
+    pydantic model) refuses, is a ValueError naming the file, the line number and the field.
     """
     if not path.exists():
         return
@@ -171,12 +173,26 @@ def iter_jsonl(path: Path) -> Iterator[dict]:
                 reason = (f"{error.msg.removesuffix(' at')} at column {error.colno}"
                           if isinstance(error, json.JSONDecodeError) else str(error))
                 raise ValueError(f"{path}, line {number}: not a JSON record ({reason})") from None
+            if schema is not None:
+                try:
+                    schema.model_validate(record)
+                except ValidationError as error:
+                    raise ValueError(f"{path}, line {number}: {validation_problem(error)}") from None
             yield record
 
 
-def read_jsonl(path: Path) -> list[dict]:
+def read_jsonl(path: Path, schema: type[BaseModel] | None = None) -> list[dict]:
     """`iter_jsonl` as a list."""
-    return list(iter_jsonl(path))
+    return list(iter_jsonl(path, schema))
+
+
+def validation_problem(error: ValidationError) -> str:
+    """A pydantic error's first problem in one short line: the field and what is wrong with it."""
+    problem = error.errors()[0]
+    field = ".".join(str(part) for part in problem["loc"])  # empty for a check of the whole record, whose message names it
+    message = problem["msg"].removeprefix("Value error, ")
+    more = f" (and {error.error_count() - 1} more)" if error.error_count() > 1 else ""
+    return f"{field + ': ' if field else ''}{message[:200]}{more}"
 
 
 def write_jsonl_atomic(path: Path, records: Iterable[dict]) -> None:

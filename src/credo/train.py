@@ -213,7 +213,9 @@ def start_or_resume(trainer: Trainer, resume: bool) -> TrainState:
     run = trainer.run
     run.remove_stale_temporaries()
     if resume:
-        state = load_latest_checkpoint(run, trainer.model, trainer.optimizer, trainer.scheduler)
+        rollout = trainer.config.rollout  # a step takes prompts_per_step problems, and as many for each refill
+        state = load_latest_checkpoint(run, trainer.model, trainer.optimizer, trainer.scheduler,
+                                       problems_per_step=rollout.prompts_per_step * (1 + rollout.max_refills))
         if state is not None:
             trainer.backend.sync_weights()
             run.truncate(state.step)

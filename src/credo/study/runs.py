@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from credo.checkpoint import MetricsRecord
 from credo.config import read_yaml_mapping
 from credo.io import iter_jsonl
 from credo.study.curves import Curve, checkpoint_curve
@@ -89,7 +90,7 @@ def load_runs(directory: Path) -> tuple[dict, dict[str, dict[str, list[Run]]]]:
 def read_run(path: Path, method: str, seed: int) -> Run:
     """One finished run's folder."""
     evals, norms = [], []
-    for record in iter_jsonl(path / "metrics.jsonl"):
+    for record in iter_jsonl(path / "metrics.jsonl", MetricsRecord):
         if "eval" in record:
             evals.append(record)
         elif "grad_norm" in record:
