@@ -196,6 +196,33 @@ def test_a_batch_continues_after_a_failure(hostile, tmp_path):
     assert [o.value for o in outcomes] == [1, 2, None, 3] and [o.failed for o in outcomes] == [0, 0, 1, 0]
 
 
+PREPARED = '''
+PREPARE = {"built": 1}
+_BUILT = []
+
+
+def prepare(key):
+    if key not in _BUILT:
+        _BUILT.append(key)
+
+
+def built(key, answer):
+    _BUILT.append(answer)  # a call's own change: gone with its child
+    return list(_BUILT)
+'''
+
+
+def test_what_prepare_builds_in_the_worker_is_kept_and_what_a_call_changes_is_not(tmp_path):
+    path = tmp_path / "prepared_scorer.py"
+    path.write_text(PREPARED)
+    box = Sandbox("prepared", path)
+    try:
+        assert box.call("built", ("a", "x"), 5).value == ["a", "x"]
+        assert box.call("built", ("b", "y"), 5).value == ["a", "b", "y"]
+    finally:
+        box.shutdown()
+
+
 def test_a_failed_verification_is_counted_in_the_metric(monkeypatch):
     from credo.tasks import reasoning_gym as rg_task
 

@@ -271,6 +271,29 @@ def test_a_reply_over_the_bound_fails_and_the_next_call_works(hostile):
     check_unharmed(hostile, started)
 
 
+def test_answers_that_reached_countdowns_parse_expr_run_nothing_and_change_no_later_score(tmp_path):
+    # the composite dataset's missing grammar let these reach the real scorer (issue 33, item 1)
+    reasoning_gym = pytest.importorskip("reasoning_gym")
+    from credo.tasks.reasoning_gym import SANDBOX
+
+    entry = reasoning_gym.create_dataset("countdown", size=1, seed=0)[0]
+    sentinel = tmp_path / "pwned"
+
+    def score(answer: str):
+        return SANDBOX.call("score", ("countdown", {}, 1, 0, answer, entry), 10).value
+
+    started = time.perf_counter()
+    for payload in (f"(setattr(__import__('sys').modules['__main__']._Violation,'active',False), "
+                    f"__import__('os').system('id > {sentinel}'))",
+                    f"(1, __import__('os').system('id > {sentinel}'))",
+                    "(setattr(__import__('reasoning_gym.games.countdown',fromlist=['x']).CountdownDataset,"
+                    "'score_answer',__import__('operator').is_not),1)"):
+        assert score(payload) in (None, 0.01)
+    assert not sentinel.exists()
+    assert score("1 + 2") < 1.0 and score(entry["answer"]) == 1.0  # the scorer was not rewritten
+    assert time.perf_counter() - started < 30  # a worker's start included
+
+
 def test_a_reply_without_the_right_label_is_rejected():
     ours, theirs = socket.socketpair()
     worker = sandbox._Worker.__new__(sandbox._Worker)

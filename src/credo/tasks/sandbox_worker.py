@@ -20,7 +20,8 @@ when the reply is too long or `timeout_s` has passed, reaps it, empties the scra
 JSON message `[request_id, index, kind, detail, clean]`: kind "ok" (detail: the value), "raised" ("Type:
 message"), "limit" (memory or file size), "blocked" (a refused operation), "timeout", "toolarge", "died" or
 "unreadable"; `clean` is false when the scratch directory could not be emptied, and the worker then exits.
-A call therefore starts from the worker's state as it was after `setup()`: nothing one call changes (a scorer
+A call therefore starts from the worker's state as it was after `setup()` (and the scorer's `prepare`, run by
+the worker on a call's trusted leading arguments, see `credo.tasks.scorers`): nothing one call changes (a scorer
 function patched, a thread started, a file left in scratch) reaches the next. Replies are JSON, not pickle,
 so that a compromised child cannot run code in the worker or the parent.
 """
@@ -127,12 +128,24 @@ def _serve(conn: Connection, scorer, syscall_filter, scratch: str) -> None:
             return
         request_id, name, calls, timeout_s = request
         for index, args in enumerate(calls):
+            _prepare(scorer, name, args)
             call = functools.partial(_call, getattr(scorer, name), args, timeout_s, syscall_filter, scratch)
             kind, detail = _run(conn, call, timeout_s)
             clean = _empty(scratch)
             _send(conn, [request_id, index, kind, detail, clean])
             if not clean:
                 return
+
+
+def _prepare(scorer, name: str, args: tuple) -> None:
+    """The scorer's `prepare` on the call's trusted leading arguments (see `credo.tasks.scorers`), if it has one;
+    should it fail, the call's child fails the same way and reports it."""
+    trusted = getattr(scorer, "PREPARE", {}).get(name)
+    if trusted:
+        try:
+            scorer.prepare(*args[:trusted])
+        except Exception:  # noqa: BLE001 - reported by the call itself
+            pass
 
 
 def _run(conn: Connection, call, timeout_s: float) -> tuple[str, object]:
