@@ -97,6 +97,11 @@ def read_environ(pid):
         return f.read().decode(errors="replace")
 
 
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
 def network_interfaces():
     with open("/proc/net/dev") as f:
         return sorted(line.split(":")[0].strip() for line in f.readlines()[2:])
@@ -238,6 +243,12 @@ def test_a_call_cannot_read_the_trainers_environment(hostile, monkeypatch):
     outcome = hostile.call("read_environ", (os.getpid(),), 5)
     assert outcome.value is None and mine  # our pid names no process the worker can see
     check_unharmed(hostile, started)
+
+
+def test_a_call_cannot_read_files_outside_its_view(hostile, tmp_path):
+    token = tmp_path / "token"  # as a key in the user's home or a run directory would be
+    token.write_text("hunter2")
+    assert hostile.call("read", (str(token),), 5).value is None
 
 
 def test_a_call_has_no_network(hostile):

@@ -8,8 +8,9 @@ The worker itself is trusted: it never runs a call. The handshake (pickled, from
 module search path, the scorer module's file, the memory and file-size limits in MiB and whether to isolate.
 The worker sets its limits (`RLIMIT_AS`, `RLIMIT_FSIZE`, no core files), makes itself undumpable (so that no
 child reads or writes its memory), loads the scorer, calls its `setup()` if it has one, builds the seccomp
-filter (isolated only), sends its stdout and stderr to /dev/null and answers "ready". It exits when its socket
-closes, even during a call (the parent died or stopped it).
+filter (isolated only) and checks in a throwaway child that the kernel enforces it, sends its stdout and
+stderr to /dev/null and answers "ready". It exits when its socket closes, even during a call (the parent
+died or stopped it).
 
 Each request is `(request_id, function, [args, ...], timeout_s)`. For each args tuple the worker forks a
 child, which closes the worker's socket, asks to die with the worker, lowers `RLIMIT_CPU` (`timeout_s`
@@ -102,6 +103,8 @@ def main(fd: int) -> None:
         if hasattr(scorer, "setup"):
             scorer.setup()
         syscall_filter = _syscall_filter() if settings["isolated"] else None
+        if syscall_filter is not None:
+            _check_filter(syscall_filter)
     except BaseException as error:  # noqa: BLE001 - reported to the parent, which raises it
         _send(conn, ["error", f"{type(error).__name__}: {error}"])
         return
@@ -247,6 +250,20 @@ def _syscall_filter():
     # then fall back to clone, judged above
     syscall_filter.add_rule(seccomp.KILL_PROCESS, "prlimit64", seccomp.Arg(0, seccomp.NE, 0))  # others' limits
     return syscall_filter
+
+
+def _check_filter(syscall_filter) -> None:
+    """Raise unless the filter, loaded in a throwaway child, kills it for a refused system call (`kill`)."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            syscall_filter.load()
+            os.kill(os.getpid(), 0)
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    if not (os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGSYS):
+        raise OSError("the seccomp filter did not take effect (a kernel without seccomp filters?)")
 
 
 def _silence_output() -> None:
