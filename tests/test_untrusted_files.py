@@ -119,3 +119,27 @@ def test_a_deflate_bomb_trainer_pt_is_refused_before_it_inflates(tmp_path):
     with pytest.raises(CheckpointError, match=r"refusing to load .*trainer.pt: its member '.*' is compressed"):
         read_checkpoint(checkpoint)
 
+
+# ------------------------------------------------------------------------------------------ model output
+HUGE = "9" * 5000
+"""More digits than Python converts to an int (4,300): `int(HUGE)` raises ValueError."""
+
+
+def test_a_boxed_answer_of_thousands_of_digits_is_just_wrong():
+    from credo.tasks import build_task
+
+    task = build_task({"name": "arith"})
+    problem = task.eval_problems()[0]
+    for answer in (HUGE, "0" * 5000 + problem.answer):
+        verdict = task.verify(problem, f"\\boxed{{{answer}}}")
+        assert (verdict.reward, verdict.correct) == (0.0, False)
+    assert task.verify(problem, f"\\boxed{{{problem.answer}}}").correct
+
+
+def test_a_localiser_reply_with_thousands_of_digits_reads_no_step():
+    from credo.rollout.localise import parse_step
+
+    assert parse_step(f"\\boxed{{{HUGE}}}", 5) == (1, "fallback")
+    assert parse_step(f"Step 3 went wrong, then step {HUGE}", 5) == (1, "fallback")
+    assert parse_step(f"Step {HUGE}, no: \\boxed{{4}}", 5) == (4, "boxed")
+

@@ -26,7 +26,9 @@ LOCALISE_PROMPT = (
 )
 """The self-localisation prompt (`{problem}`, `{steps}`: one `Step i: ...` line per thought)."""
 
-_INTEGER = re.compile(r"[+-]?[0-9]+")
+STEP_DIGITS = 9
+"""The most digits a step number read has: a longer one is out of range (and past 4,300 digits `int` would raise)."""
+_INTEGER = re.compile(rf"[+-]?[0-9]{{1,{STEP_DIGITS}}}")
 _STEP = re.compile(r"[Ss]tep\s+([0-9]+)")
 
 
@@ -52,6 +54,7 @@ def parse_step(text: str, n: int) -> tuple[int, str]:
     1. "boxed": the content of the last `\\boxed{...}` (braces balanced), if it is an integer (sign allowed:
        `\\boxed{+3}` is 3) in `[0, n]`; 0 means 1. Earlier boxes are not read.
     2. "step": the last "Step N" mentioned (a space before N), if N is in `[1, n]`. Earlier mentions are not read.
+    A number of more than `STEP_DIGITS` digits is out of range.
     3. "fallback": 1.
     (SRPO reads `\\boxed{0}` as "no error" and stops correcting; a seed here is a known failure, so 0 resets
     to the first thought.)
@@ -63,6 +66,6 @@ def parse_step(text: str, n: int) -> tuple[int, str]:
     if _INTEGER.fullmatch(boxed) and 0 <= int(boxed) <= n:
         return max(1, int(boxed)), "boxed"
     steps = _STEP.findall(text)
-    if steps and 1 <= int(steps[-1]) <= n:
+    if steps and len(steps[-1]) <= STEP_DIGITS and 1 <= int(steps[-1]) <= n:
         return int(steps[-1]), "step"
     return 1, "fallback"

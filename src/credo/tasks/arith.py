@@ -236,6 +236,8 @@ def noisy_value(op: str, a: int, b: int, noise: Noise, rng: random.Random) -> in
 
 _STEP = re.compile(r"^([+\-*])(\d)=(\d\d)$")
 _ANSWER = re.compile(r"\\boxed\{(\d+)\}")
+ANSWER_DIGITS = 9
+"""The most digits a right answer can have: a longer boxed answer is wrong (past 4,300 digits `int` would raise)."""
 _WORKED_HEAD = re.compile(r"^([a-l])([+\-*])(\d)$")
 _WORKED_VALUE = re.compile(r"^=(\d\d)$")
 WORKED_PARTS = 5
@@ -460,7 +462,7 @@ class ArithTask(RewardedTask):
         """Reward 1 when the last boxed value is the chain's answer; the step checker's first wrong thought."""
         chain: Chain = problem.meta["chain"]
         answers = _ANSWER.findall(response)
-        correct = bool(answers) and int(answers[-1]) == int(problem.answer)
+        correct = bool(answers) and len(answers[-1]) <= ANSWER_DIGITS and int(answers[-1]) == int(problem.answer)
         first_wrong, kind = self.first_wrong_step(chain, response)
         return Verdict(reward=float(correct), correct=correct, first_wrong_step=first_wrong, error_kind=kind)
 
