@@ -143,3 +143,44 @@ def test_a_localiser_reply_with_thousands_of_digits_reads_no_step():
     assert parse_step(f"Step 3 went wrong, then step {HUGE}", 5) == (1, "fallback")
     assert parse_step(f"Step {HUGE}, no: \\boxed{{4}}", 5) == (4, "boxed")
 
+
+# ------------------------------------------------------------------------------------------ model directories
+@pytest.fixture
+def custom_code_model(tmp_path, monkeypatch) -> tuple[Path, Path, list]:
+    """A model directory whose model and tokenizer name their own code (`auto_map`, unknown types), which
+    creates a sentinel when imported; stdin answers "y" to transformers' question whether to run it."""
+    import shutil
+
+    from tiny import TINY_TESTBED
+
+    from credo.testbed import TestbedConfig, build_testbed
+
+    model_dir, sentinel, asked = tmp_path / "model", tmp_path / "ran", []
+    shutil.copytree(build_testbed(TestbedConfig(**yaml.safe_load(TINY_TESTBED))), model_dir)
+    (model_dir / "evil.py").write_text(
+        f"open({str(sentinel)!r}, 'w').close()\n"
+        "from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast\n"
+        "class EvilConfig(LlamaConfig):\n    model_type = 'evil'\n"
+        "class EvilModel(LlamaForCausalLM):\n    config_class = EvilConfig\n"
+        "class EvilTokenizer(PreTrainedTokenizerFast): pass\n")
+    for name, changes in (("config.json", {"model_type": "evil", "auto_map": {
+                              "AutoConfig": "evil.EvilConfig", "AutoModelForCausalLM": "evil.EvilModel"}}),
+                          ("tokenizer_config.json", {"tokenizer_class": "EvilTokenizer", "auto_map": {
+                              "AutoTokenizer": [None, "evil.EvilTokenizer"]}})):
+        data = json.loads((model_dir / name).read_text())
+        (model_dir / name).write_text(json.dumps({**data, **changes}))
+    monkeypatch.setattr("builtins.input", lambda prompt="": asked.append(prompt) or "y")
+    return model_dir, sentinel, asked
+
+
+def test_a_model_directory_with_its_own_code_is_refused_without_asking(custom_code_model):
+    from credo.config import ModelConfig
+    from credo.models import load_model, load_tokenizer
+
+    model_dir, sentinel, asked = custom_code_model
+    with pytest.raises(ValueError, match="custom code"):
+        load_model(ModelConfig(path=str(model_dir)), torch.device("cpu"))
+    with pytest.raises(ValueError, match="custom code"):
+        load_tokenizer(model_dir)
+    assert not sentinel.exists() and asked == []
+

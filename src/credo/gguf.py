@@ -74,14 +74,15 @@ def converted_directory(file: Path) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
     with atomic_directory(target) as tmp:
-        tokenizer = AutoTokenizer.from_pretrained(file.parent, gguf_file=file.name)
+        tokenizer = AutoTokenizer.from_pretrained(file.parent, gguf_file=file.name, trust_remote_code=False)
         loaded = AutoModelForCausalLM.from_pretrained(
             file.parent, gguf_file=file.name, dtype=torch.float32, quantization_config=GgufConfig(dequantize=True),
+            trust_remote_code=False,
         )
         # The dequantised weights in a plain model: transformers refuses to save one that still carries the
         # GGUF quantiser.
         loaded.config.__dict__.pop("quantization_config", None)
-        model = AutoModelForCausalLM.from_config(loaded.config, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_config(loaded.config, dtype=torch.float32, trust_remote_code=False)
         model.load_state_dict(loaded.state_dict())
         model.generation_config = loaded.generation_config
         model.save_pretrained(tmp)

@@ -42,9 +42,10 @@ def resolve_model_path(config: ModelConfig) -> Path:
 
 
 def load_tokenizer(path: Path):
+    """The tokenizer of a model directory, padding on the left; code the directory names (`auto_map`) never runs."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
@@ -52,11 +53,14 @@ def load_tokenizer(path: Path):
 
 
 def load_model(config: ModelConfig, device: torch.device):
-    """(model, tokenizer) on `device`, with LoRA adapters when configured (only they then train)."""
+    """(model, tokenizer) on `device`, with LoRA adapters when configured (only they then train).
+
+    Code a model directory names for itself (`auto_map`) is never run (`trust_remote_code=False`: transformers
+    would otherwise ask on stdin): a model that needs it is a ValueError."""
     from transformers import AutoModelForCausalLM
 
     path = resolve_model_path(config)
-    kwargs = {"dtype": getattr(torch, config.dtype)}
+    kwargs = {"dtype": getattr(torch, config.dtype), "trust_remote_code": False}
     attention = config.attn_implementation or ("eager" if config.path == "testbed" else None)
     if attention is not None:
         kwargs["attn_implementation"] = attention

@@ -41,7 +41,7 @@ class VllmBackend:
         self.llm = vllm.LLM(
             model=str(model_dir), dtype=options.dtype, gpu_memory_utilization=options.gpu_memory_utilization,
             max_model_len=options.max_model_len, enable_sleep_mode=options.enable_sleep_mode, seed=seed,
-            distributed_executor_backend="external_launcher",
+            distributed_executor_backend="external_launcher", trust_remote_code=False,
         )
         self.sync_weights()
         if options.enable_sleep_mode:

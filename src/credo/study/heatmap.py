@@ -140,7 +140,7 @@ def run_tokenizer(run_dir: Path):
     try:
         from transformers import AutoTokenizer
 
-        return AutoTokenizer.from_pretrained(model)
+        return AutoTokenizer.from_pretrained(model, trust_remote_code=False)
     except (OSError, ValueError, KeyError, ImportError):  # without it the page shows the generic decoding
         return None
 
