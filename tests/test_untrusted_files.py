@@ -184,3 +184,32 @@ def test_a_model_directory_with_its_own_code_is_refused_without_asking(custom_co
         load_tokenizer(model_dir)
     assert not sentinel.exists() and asked == []
 
+
+@pytest.fixture
+def testbed_tokenizer():
+    from tiny import TINY_TESTBED
+
+    from credo.models import load_tokenizer
+    from credo.testbed import TestbedConfig, build_testbed
+
+    return load_tokenizer(build_testbed(TestbedConfig(**yaml.safe_load(TINY_TESTBED))))
+
+
+def test_a_chat_template_that_loops_for_hours_is_stopped(testbed_tokenizer, monkeypatch):
+    from credo.rollout.generate import encode_prompts
+
+    monkeypatch.setattr("credo.tasks.chat.RENDER_SECONDS", 0.5)
+    testbed_tokenizer.chat_template = ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}"
+                                       "{% endfor %}{{ messages[0]['content'] }}")
+    started = time.perf_counter()
+    with pytest.raises(ValueError, match="took more than 0.5 s to render one prompt"):
+        encode_prompts(testbed_tokenizer, ["2+2?"])
+    assert time.perf_counter() - started < 5
+
+
+def test_a_huge_chat_template_is_refused(testbed_tokenizer):
+    from credo.rollout.generate import encode_prompts
+
+    testbed_tokenizer.chat_template = "{{ messages[0]['content'] }}" + "{# padding #}" * 10_000
+    with pytest.raises(ValueError, match="chat template has 130,028 characters, more than the 65,536"):
+        encode_prompts(testbed_tokenizer, ["2+2?"])

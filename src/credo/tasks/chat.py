@@ -6,11 +6,14 @@ conversation, which `credo.rollout.generate.encode_prompts` renders with the mod
 template without a system role gets the system message folded into the first user message (its content, a
 blank line, then the user's): `system_role(tokenizer)` tells which. The testbed's template has none (it renders
 every role but "user" as an assistant turn), so there a system prompt is folded; SmolLM2's and Qwen's have one.
-Without a chat template at all, a chat prompt is its messages' contents joined by blank lines.
+Without a chat template at all, a chat prompt is its messages' contents joined by blank lines. Every template
+renders through `render_chat`, bounded in size and time.
 """
 
 from __future__ import annotations
 
+import signal
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -93,13 +96,54 @@ def with_instruction(prompt: str, instruction: str | None) -> str:
     return ChatPrompt(messages)
 
 
+MAX_TEMPLATE_CHARS = 65_536
+"""The longest chat template credo renders (real ones are a few kilobytes)."""
+RENDER_SECONDS = 10.0
+"""The longest a chat template may take to render one conversation."""
+
+
+def render_chat(tokenizer: Any, messages: list[dict[str, str]], **options: Any) -> str:
+    """`tokenizer.apply_chat_template(messages, tokenize=False, **options)`, bounded: a template longer than
+    `MAX_TEMPLATE_CHARS` or a render that takes more than `RENDER_SECONDS` is a ValueError saying so.
+
+    A chat template is code from the model's directory that runs in the trainer's process. transformers renders
+    it in Jinja's immutable sandbox (no imports, files or private attributes; `range` capped at 100,000 items),
+    which leaves loops within loops to run for hours: the time limit, a SIGALRM timer, stops them. It holds in
+    the main thread when no other timer is running (elsewhere the render is unbounded in time), and it cannot cut
+    a single huge operation short (`'x' * 2**31` allocates its 2 GiB before the timer fires)."""
+    template = tokenizer.chat_template
+    if len(str(template)) > MAX_TEMPLATE_CHARS:
+        raise ValueError(f"the tokenizer's chat template has {len(str(template)):,} characters, more than the "
+                         f"{MAX_TEMPLATE_CHARS:,} credo renders")
+
+    def render() -> str:
+        return tokenizer.apply_chat_template(messages, tokenize=False, **options)
+
+    if threading.current_thread() is not threading.main_thread() or signal.getitimer(signal.ITIMER_REAL)[0]:
+        return render()
+
+    def expire(signum: int, frame: Any) -> None:
+        raise TimeoutError
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, RENDER_SECONDS)
+    try:
+        return render()
+    except TimeoutError:
+        raise ValueError(f"the tokenizer's chat template took more than {RENDER_SECONDS:g} s to render one prompt; "
+                         "credo stops it there (check the template in the model's tokenizer_config.json)") from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def system_role(tokenizer: Any) -> bool:
     """Whether the tokenizer's chat template has a system role: it renders a system message without raising,
     keeps its content, and renders it differently from the same content as a user or an assistant turn."""
 
     def render(role: str) -> str:
-        return tokenizer.apply_chat_template([{"role": role, "content": SYSTEM_PROBE}, {"role": "user", "content": "?"}],
-                                             tokenize=False, add_generation_prompt=True)
+        return render_chat(tokenizer, [{"role": role, "content": SYSTEM_PROBE}, {"role": "user", "content": "?"}],
+                           add_generation_prompt=True)
 
     try:
         system = render("system")
