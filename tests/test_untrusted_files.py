@@ -213,3 +213,17 @@ def test_a_huge_chat_template_is_refused(testbed_tokenizer):
     testbed_tokenizer.chat_template = "{{ messages[0]['content'] }}" + "{# padding #}" * 10_000
     with pytest.raises(ValueError, match="chat template has 130,028 characters, more than the 65,536"):
         encode_prompts(testbed_tokenizer, ["2+2?"])
+
+
+def test_a_trainer_pt_declaring_more_bytes_than_it_holds_is_refused(tmp_path):
+    """Zip entries can share bytes (each declared at full size): torch would read every one of them."""
+    from credo.checkpoint import CheckpointError, check_archive
+
+    path = tmp_path / "trainer.pt"
+    torch.save({"weights": torch.zeros(1000)}, path)
+    data = bytearray(path.read_bytes())
+    entry = data.index(b"PK\x01\x02")  # the first member's central directory entry: sizes at +20 and +24
+    data[entry + 20:entry + 28] = (10**9).to_bytes(4, "little") * 2
+    path.write_bytes(data)
+    with pytest.raises(CheckpointError, match=r"its members declare 1,000,\d{3},\d{3} bytes, more than the file's"):
+        check_archive(path)
