@@ -301,8 +301,10 @@ class _Worker:
     """One worker process, its socket and its scratch directory."""
 
     def __init__(self, sandbox: Sandbox) -> None:
-        self.scratch = tempfile.mkdtemp(prefix="credo-sandbox-")
+        if not sys.platform.startswith("linux"):  # the worker needs fork, pidfd and prctl even without isolation
+            raise SandboxUnavailable(f"the {sandbox.name} sandbox needs Linux, not {sys.platform}")
         self.isolated = isolated()
+        self.scratch = tempfile.mkdtemp(prefix="credo-sandbox-")
         parent, child = socket.socketpair()
         self.output = tempfile.TemporaryFile()  # the worker's stdout and stderr until it is ready
         try:
