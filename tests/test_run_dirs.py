@@ -53,9 +53,18 @@ def test_a_run_directory_holding_a_symbolic_link_where_credo_writes_is_refused(t
     run, outside = tmp_path / "run", tmp_path / "outside"
     (run / name).parent.mkdir(parents=True)
     os.symlink(outside / "target", run / name)  # dangling: a write through it would create a file outside
-    with pytest.raises(OSError, match=f"^{run / name} is a symbolic link"):
+    with pytest.raises(OSError, match=f"^{run / name} is a symbolic link or a special file"):
         train(load_config(None, TINY), run, resume=True, show_progress=False)
     assert not outside.exists()
+
+
+def test_a_fifo_log_is_refused_before_a_resume_reads_it(tmp_path):
+    """A resume from a checkpoint reads metrics.jsonl: a FIFO there would keep it waiting for a writer forever."""
+    run = tmp_path / "run"
+    run.mkdir()
+    os.mkfifo(run / "metrics.jsonl")
+    with pytest.raises(OSError, match=f"^{run / 'metrics.jsonl'} is a symbolic link or a special file"):
+        train(load_config(None, TINY), run, resume=True, show_progress=False)
 
 
 @pytest.mark.parametrize("link", [os.symlink, os.link], ids=["symlink", "hardlink"])

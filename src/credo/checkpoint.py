@@ -185,9 +185,9 @@ class RunDirectory:
 
         The kernel releases it when the process ends, killed or not. Raises RunLockedError, naming the
         directory, when another process holds it, and an OSError naming the link when `.lock` is not a regular
-        file of the directory (`credo.io.open_own_file`) or a symbolic link stands among the entries of the
-        directory, `checkpoints/` or `plots/` (`refuse_links`): what credo writes, removes or locks there stays
-        in the directory.
+        file of the directory (`credo.io.open_own_file`) or a symbolic link or special file stands among the
+        entries of the directory, `checkpoints/` or `plots/` (`refuse_links`): what credo writes, removes or
+        locks there stays in the directory, and no read of a run's file blocks on a FIFO or a device.
         """
         self.root.mkdir(parents=True, exist_ok=True)
         fd = open_own_file(self.root / LOCK_FILE, os.O_RDWR | os.O_CREAT)

@@ -130,7 +130,8 @@ def train(
     config: Path = typer.Argument(None, help="YAML run config (default: all defaults, GRPO on the testbed)."),
     output: Path = typer.Option(None, "--output", "-o", help="Run directory (default: runs/<method>, then -2, -3, ...)."),
     overrides: list[str] = typer.Option([], "--set", help="Override a config key, e.g. --set optim.lr=1e-5."),
-    resume: Path = typer.Option(None, "--resume", help="Continue the run in this directory from its last checkpoint."),
+    resume: Path = typer.Option(None, "--resume", help="Continue the run in this directory from its last checkpoint "
+                                "(its config.yaml's reward functions are imported, as training does)."),
     settings: Annotated[list[str] | None, typer.Argument(
         metavar="KEY=VALUE", help=BARE_OVERRIDES_HELP, show_default=False)] = None,
 ) -> None:

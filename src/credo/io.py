@@ -79,13 +79,15 @@ def open_own_file(path: Path, flags: int) -> int:
 
 
 def refuse_links(folder: Path) -> None:
-    """An OSError naming the first symbolic link among `folder`'s entries (none if `folder` does not exist)."""
+    """An OSError naming the first of `folder`'s entries that is a symbolic link or neither a regular file nor a
+    folder (a FIFO, a device or a socket, which would block or never end a read); none if `folder` does not exist."""
     if not folder.is_dir():
         return
     for entry in sorted(os.scandir(folder), key=lambda entry: entry.name):
-        if entry.is_symlink():
-            raise OSError(f"{entry.path} is a symbolic link: credo writes, removes and locks files in "
-                          f"{folder} and follows no link there (remove it, or check where this directory came from)")
+        if entry.is_symlink() or not (entry.is_file() or entry.is_dir()):
+            raise OSError(f"{entry.path} is a symbolic link or a special file: credo writes, reads, removes and "
+                          f"locks files in {folder} and follows no link there (remove it, or check where this "
+                          "directory came from)")
 
 
 def path_inside(folder: Path, name: str) -> Path:
