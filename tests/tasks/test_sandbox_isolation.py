@@ -294,11 +294,11 @@ def test_answers_that_reached_countdowns_parse_expr_run_nothing_and_change_no_la
         return SANDBOX.call("score", ("countdown", {}, 1, 0, answer, entry), 10).value
 
     started = time.perf_counter()
-    for payload in (f"(setattr(__import__('sys').modules['__main__']._Violation,'active',False), "
-                    f"__import__('os').system('id > {sentinel}'))",
-                    f"(1, __import__('os').system('id > {sentinel}'))",
-                    "(setattr(__import__('reasoning_gym.games.countdown',fromlist=['x']).CountdownDataset,"
-                    "'score_answer',__import__('operator').is_not),1)"):
+    switch_off = "setattr(__import__('sys').modules['__main__']._Violation,'active',False)"
+    rewrite = ("setattr(__import__('reasoning_gym.games.countdown',fromlist=['x']).CountdownDataset,"
+               "'score_answer',__import__('operator').is_not)")
+    for payload in (f"({switch_off}, __import__('os').system('id > {sentinel}'))",
+                    f"(1, __import__('os').system('id > {sentinel}'))", f"({rewrite},1)"):
         assert score(payload) in (None, 0.01)
     assert not sentinel.exists()
     assert score("1 + 2") < 1.0 and score(entry["answer"]) == 1.0  # the scorer was not rewritten

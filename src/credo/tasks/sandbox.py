@@ -306,7 +306,7 @@ class _Worker:
         self.isolated = isolated()
         self.scratch = tempfile.mkdtemp(prefix="credo-sandbox-")
         parent, child = socket.socketpair()
-        self.output = tempfile.TemporaryFile()  # the worker's stdout and stderr until it is ready
+        self.output = tempfile.TemporaryFile()  # noqa: SIM115 - the worker's stdout and stderr until it is ready
         try:
             command = [sys.executable, "-I", str(WORKER), str(child.fileno())]
             if self.isolated:

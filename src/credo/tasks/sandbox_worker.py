@@ -29,6 +29,7 @@ so that a compromised child cannot run code in the worker or the parent.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import functools
@@ -145,10 +146,8 @@ def _prepare(scorer, name: str, args: tuple) -> None:
     should it fail, the call's child fails the same way and reports it."""
     trusted = getattr(scorer, "PREPARE", {}).get(name)
     if trusted:
-        try:
+        with contextlib.suppress(Exception):
             scorer.prepare(*args[:trusted])
-        except Exception:  # noqa: BLE001 - reported by the call itself
-            pass
 
 
 def _run(conn: Connection, call, timeout_s: float) -> tuple[str, object]:
@@ -322,11 +321,11 @@ def _call(function, args: tuple, timeout_s: float, syscall_filter, scratch: str)
 
 def _write(fd: int, reply: list) -> None:
     try:
-        data = json.dumps(reply).encode()
+        text = json.dumps(reply)
     except (TypeError, ValueError):
-        data = json.dumps(["raised", f"TypeError: the scorer returned a {type(reply[1]).__name__}, "
-                                     "not a JSON value"]).encode()
-    view = memoryview(data)
+        returned = type(reply[1]).__name__
+        text = json.dumps(["raised", f"TypeError: the scorer returned a {returned}, not a JSON value"])
+    view = memoryview(text.encode())
     while view:
         view = view[os.write(fd, view):]
 
