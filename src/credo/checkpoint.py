@@ -307,7 +307,12 @@ def check_archive(path: Path) -> None:
     """Refuse (CheckpointError) a `trainer.pt` that could inflate on load: torch.save writes a zip archive whose
     members are stored uncompressed, so what `torch.load` reads is at most the file's size; a compressed member
     (a few kilobytes of DEFLATE can hold gigabytes) or members declaring more bytes than the file holds
-    (entries sharing the same bytes) are never credo's. A file that is no zip archive is a BadZipFile."""
+    (entries sharing the same bytes) are never credo's. A file that begins as a zip archive (torch's own test)
+    but cannot be read as one is a BadZipFile; other bytes are left to torch.load, which reads them as a pickle
+    (a bare one, or torch's legacy format: uncompressed)."""
+    with path.open("rb") as handle:
+        if handle.read(4) != b"PK\x03\x04":
+            return
     with zipfile.ZipFile(path) as archive:
         members = archive.infolist()
     compressed = next((m for m in members if m.compress_type != zipfile.ZIP_STORED), None)
