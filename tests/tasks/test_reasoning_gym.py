@@ -27,6 +27,7 @@ from credo.tasks import (
     verify_all,
 )
 from credo.tasks.reasoning_gym import DEFAULT_INSTRUCTION, EVAL_SEED_OFFSET, SANDBOX, ReasoningGymConfig, bucket
+from credo.tasks.base import verify_each
 from credo.tasks.sandbox import Outcome, Sandbox
 
 SMALL = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}
@@ -360,11 +361,11 @@ def echo(value):
 """
 
 
-def test_verify_batch_scores_as_verify_all_does():
+def test_scoring_a_batch_within_its_budget_equals_scoring_each_answer():
     task = chain_sum()
     problems = task.train[:4]
     texts = [f"<answer>{p.answer}</answer>" for p in problems[:2]] + ["<answer>x</answer>", "no answer"]
-    assert task.verify_batch(problems, texts, "raise") == verify_all(task, problems, texts, "raise")
+    assert verify_all(task, problems, texts, "raise") == verify_each(task, task.verify, problems, texts, "raise")
     assert task.over_budget == 0
 
 
@@ -386,7 +387,7 @@ def test_a_batch_that_spends_its_verification_budget_scores_the_rest_zero(tmp_pa
         assert Sandbox.call(sandbox, "echo", (1,), 60).value == 1  # the worker is up before the clock starts
         started = time.monotonic()
         with caplog.at_level(logging.WARNING, logger="credo.tasks.reasoning_gym"):
-            verdicts, errors = task.verify_batch(task.train[:6], texts, "raise")
+            verdicts, errors = verify_all(task, task.train[:6], texts, "raise")  # as training scores a batch
         took = time.monotonic() - started
     finally:
         sandbox.shutdown()

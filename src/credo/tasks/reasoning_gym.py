@@ -308,11 +308,9 @@ class ReasoningGymTask(RewardedTask):
 
     def verify_batch(self, problems: Sequence[Problem], texts: Sequence[str],
                      on_error: str) -> tuple[list[Verdict], int]:
-        """The verdicts on a batch and how many verifications failed, as `verify_all` gives them, the sandboxed
-        scoring stopping after `verify_budget_s` in all (extracting answers and checking grammars, linear in the
-        responses' lengths, and stopping an overrunning worker come on top)."""
-        if self.custom_reward is not None:
-            return self.custom_reward.verdicts(self, problems, texts, on_error)
+        """The verdicts on a batch and how many verifications failed (`verify_all` calls it when no reward
+        functions are named), the sandboxed scoring stopping after `verify_budget_s` in all (extracting answers
+        and checking grammars, linear in the responses' lengths, and stopping an overrunning worker come on top)."""
         deadline, before = time.monotonic() + self.config.verify_budget_s, self.over_budget
         verdicts, errors = verify_each(self, lambda problem, text: self.own_verify(problem, text, deadline),
                                        problems, texts, on_error)
