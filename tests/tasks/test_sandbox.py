@@ -131,6 +131,15 @@ def scratch_write():
 
 def echo(value):
     return value
+
+
+def threaded(value):
+    import threading
+    results = []
+    thread = threading.Thread(target=lambda: results.append(value * 2))
+    thread.start()
+    thread.join()
+    return results[0]
 '''
 
 
@@ -188,6 +197,10 @@ def test_a_scorer_sees_no_secrets_and_works_in_a_scratch_directory_emptied_after
     assert hostile.call("scratch_write", (), 5).value == [str(Path(cwd) / "scratch.txt"), False]  # emptied
     hostile.shutdown()
     assert not Path(cwd).exists()  # the scratch directory is removed with its worker
+
+
+def test_a_scorer_may_use_threads_within_its_call(hostile):
+    assert hostile.call("threaded", (21,), 5).value == 42
 
 
 def test_a_batch_continues_after_a_failure(hostile, tmp_path):
