@@ -102,6 +102,11 @@ def read(path):
         return f.read()
 
 
+def worker_memory():
+    with open(f"/proc/{os.getppid()}/mem", "rb") as f:  # the worker, which forks the next calls
+        return "opened"
+
+
 def network_interfaces():
     with open("/proc/net/dev") as f:
         return sorted(line.split(":")[0].strip() for line in f.readlines()[2:])
@@ -249,6 +254,10 @@ def test_a_call_cannot_read_files_outside_its_view(hostile, tmp_path):
     token = tmp_path / "token"  # as a key in the user's home or a run directory would be
     token.write_text("hunter2")
     assert hostile.call("read", (str(token),), 5).value is None
+
+
+def test_a_call_cannot_reach_its_workers_memory(hostile):
+    assert hostile.call("worker_memory", (), 5).value is None
 
 
 def test_a_call_has_no_network(hostile):
