@@ -6,9 +6,10 @@ is a `ConfigError` that names the file, the dotted key and what is allowed (no f
 infinite); the method's switches are checked against the method's own dataclasses the same way.
 `check_resume` decides which keys a resumed run may change (`RESUMABLE`).
 
-Reward functions named in `task.reward` are user code: `load_config` imports them (to check that they exist
-and take the right arguments) only with `load_rewards=True`; otherwise their names are checked for form only and
-nothing of the user's is imported or run. YAML aliases are refused, so that a file's size bounds its config's.
+Reward functions named in `task.reward` are user code: `load_config` imports them to check that they exist and
+take the right arguments (as training must), but with `load_rewards=False` (`credo config` and `credo eval`
+unless given `--load-rewards`) it checks their names for form only, and nothing of the user's is imported or
+run. YAML aliases are refused, so that a file's size bounds its config's.
 """
 
 from __future__ import annotations
