@@ -11,8 +11,10 @@
 
 `function` is "package.module:function" (a dotted attribute after the colon also works, "mod:Class.method"),
 importable from the working directory (it is put on `sys.path` for the import), or "path/to/file.py:function"
-(relative to the working directory). The module is imported when the config is validated, so a missing module
-or function, or a function that cannot take the arguments below, is a config error naming the path.
+(relative to the working directory). The module is imported when a config that trains on it is validated
+(`credo train`, `--resume`; `credo config` and `credo eval` only with `--load-rewards`, and otherwise check the
+name's form without importing), so a missing module or function, or a function that cannot take the arguments
+below, is a config error naming the path.
 
 Two calling conventions (`style`):
 
