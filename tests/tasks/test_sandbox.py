@@ -66,6 +66,7 @@ def test_payloads_score_zero_execute_nothing_and_correct_answers_still_score(dat
     task = task_for(dataset)
     problem = task.train[0]
     sentinel = tmp_path / "pwned"
+    task.verify(problem, "<answer>0</answer>")  # the worker's start is not a payload's time
     for name, payload in payloads(sentinel).items():
         started = time.perf_counter()
         verdict = task.verify(problem, f"<answer>{payload}</answer>")
