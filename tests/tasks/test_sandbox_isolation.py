@@ -15,10 +15,12 @@ import socket
 import textwrap
 import time
 from multiprocessing.connection import Connection
+from pathlib import Path
 
 import pytest
 
-from credo.tasks import sandbox
+import credo.tasks.reasoning_gym as rg_task
+from credo.tasks import build_task, sandbox, verify_all
 from credo.tasks.sandbox import FAILED, ISOLATION_ENV, Sandbox, SandboxUnavailable
 
 pytestmark = pytest.mark.skipif(os.environ.get(ISOLATION_ENV, "").lower() == "none",
@@ -344,3 +346,17 @@ def test_without_the_boundary_the_worker_refuses_to_start(tmp_path, monkeypatch)
     monkeypatch.setenv(ISOLATION_ENV, "none")  # the documented opt-out
     assert box.call("echo", (1,), 5).value == 1
     box.shutdown()
+
+
+def test_a_missing_boundary_stops_scoring_even_when_reward_errors_score_zero(monkeypatch):
+    # `reward_errors: zero` scores a raising verifier 0; a sandbox that cannot start would score every answer 0
+    monkeypatch.setattr(sandbox, "bwrap_binary", lambda: "/bin/false")
+    monkeypatch.delenv(ISOLATION_ENV, raising=False)
+    box = Sandbox("refusing-in-training", Path(__file__))
+    monkeypatch.setattr(rg_task, "SANDBOX", box)
+    task = build_task({"name": "reasoning_gym:chain_sum", "size": 8, "eval_size": 2})
+    try:
+        with pytest.raises(SandboxUnavailable):
+            verify_all(task, task.train[:2], ["<answer>1</answer>", "<answer>2</answer>"], "zero")
+    finally:
+        box.shutdown()

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from credo.registry import Registry
+from credo.tasks.sandbox import SandboxUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -98,11 +99,14 @@ def verify_all(task: Task, problems: list[Problem], texts: list[str], on_error: 
 
 def verify_each(task: Task, verify, problems: list[Problem], texts: list[str],
                 on_error: str) -> tuple[list[Verdict], int]:
-    """`verify(problem, text)` on every response; one that raises stops the step or scores 0 (`on_error`)."""
+    """`verify(problem, text)` on every response; one that raises stops the step or scores 0 (`on_error`). A
+    sandbox that cannot start its boundary (`SandboxUnavailable`) always stops it: no answer could be scored."""
     verdicts, errors = [], 0
     for problem, text in zip(problems, texts):
         try:
             verdicts.append(verify(problem, text))
+        except SandboxUnavailable:
+            raise
         except Exception as error:  # a user's verifier may raise anything
             if on_error == "raise":
                 raise RuntimeError(
