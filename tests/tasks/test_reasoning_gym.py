@@ -26,8 +26,8 @@ from credo.tasks import (
     task_class,
     verify_all,
 )
-from credo.tasks.reasoning_gym import DEFAULT_INSTRUCTION, EVAL_SEED_OFFSET, SANDBOX, ReasoningGymConfig, bucket
 from credo.tasks.base import verify_each
+from credo.tasks.reasoning_gym import DEFAULT_INSTRUCTION, EVAL_SEED_OFFSET, SANDBOX, ReasoningGymConfig, bucket
 from credo.tasks.sandbox import Outcome, Sandbox
 
 SMALL = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}
