@@ -54,8 +54,8 @@ def parse_step(text: str, n: int) -> tuple[int, str]:
     1. "boxed": the content of the last `\\boxed{...}` (braces balanced), if it is an integer (sign allowed:
        `\\boxed{+3}` is 3) in `[0, n]`; 0 means 1. Earlier boxes are not read.
     2. "step": the last "Step N" mentioned (a space before N), if N is in `[1, n]`. Earlier mentions are not read.
-    A number of more than `STEP_DIGITS` digits is out of range.
     3. "fallback": 1.
+    A number of more than `STEP_DIGITS` digits is out of range in either rule.
     (SRPO reads `\\boxed{0}` as "no error" and stops correcting; a seed here is a known failure, so 0 resets
     to the first thought.)
 
