@@ -107,9 +107,8 @@ class StepRecord(BaseModel):
 
 class MetricsRecord(StepRecord):
     """A record of `metrics.jsonl` as it is read back: a step record (`rollout_tokens`, `wall_s` and numbers) or
-    an evaluation record (`eval`, a mapping of metrics, and perhaps `token_checkpoint`)."""
-
-    model_config = ConfigDict(extra="allow", strict=True)
+    an evaluation record (`eval`, a mapping of metrics, and perhaps `token_checkpoint`); its model config is the
+    step record's."""
 
     rollout_tokens: int | None = Field(None, ge=0)
     wall_s: float | None = Field(None, ge=0.0, allow_inf_nan=False)
