@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import statistics
@@ -129,37 +130,56 @@ def spread(values: list[float]) -> float:
 
 
 def credo_overrides(model: str, steps: int, prompts: int, group: int, max_new_tokens: int, lr: float,
-                    seed: int = 0) -> list[str]:
-    """Overrides of configs/testbed/grpo.yaml for the benchmarked job: GRPO, one optimiser step per rollout
-    batch, fp32 on CPU, the sampling settings TRL gets, evaluation and checkpoints only at the ends of the run
-    (outside the timed steps) and as small as allowed."""
+                    seed: int = 0, *, device: str = "cpu", micro_batch_size: int | None = None) -> list[str]:
+    """Overrides of a config (configs/testbed/grpo.yaml here) for the benchmarked job: GRPO, one optimiser step
+    per rollout batch, fp32 on CPU or bf16 autocast over fp32 weights on CUDA, the sampling settings TRL gets,
+    micro-batches of `micro_batch_size` rows (None: credo's default token budget; TRL then takes the batch whole),
+    evaluation and checkpoints only at the ends of the run (outside the timed steps) and as small as allowed."""
+    micro = ([f"optim.micro_batch_size={micro_batch_size}", "optim.micro_batch_tokens=null"]
+             if micro_batch_size is not None else [])
     return [
-        "method=grpo", f"model.path={model}", "model.dtype=float32", "model.autocast_bf16=false",
+        "method=grpo", f"model.path={model}", "model.dtype=float32",
+        f"model.autocast_bf16={'true' if device == 'cuda' else 'false'}",
         f"rollout.prompts_per_step={prompts}", f"rollout.group_size={group}",
         f"rollout.max_new_tokens={max_new_tokens}", "rollout.temperature=1.0", "rollout.top_p=1.0",
         f"optim.lr={lr}", "optim.minibatches=1", "optim.epochs=1", "optim.warmup_steps=0",
-        "optim.schedule=constant",
+        "optim.schedule=constant", *micro,
         f"train.steps={steps}", f"train.eval_every={steps}", f"train.checkpoint_every={steps}",
-        "train.keep_checkpoints=1", "train.device=cpu", "train.log_samples=0", f"train.seed={seed}",
+        "train.keep_checkpoints=1", f"train.device={device}", "train.log_samples=0", f"train.seed={seed}",
         "eval.samples=0", "eval.max_problems=1",
     ]
 
 
+def uses_bf16_autocast(config: RunConfig) -> bool:
+    """Whether credo's trainer runs `config` under bf16 autocast (`model.autocast_bf16`; unset: on CUDA)."""
+    autocast = config.model.autocast_bf16
+    return config.train.device.startswith("cuda") if autocast is None else autocast
+
+
 def trl_config_kwargs(config: RunConfig, output_dir: str) -> dict[str, Any]:
-    """`GRPOConfig` arguments (TRL 1.16) for the job that `config` describes in credo."""
+    """`GRPOConfig` arguments (TRL 1.16) for the job that `config` describes in credo.
+
+    credo's `optim.micro_batch_size` rows per forward/backward become TRL's `per_device_train_batch_size`, with
+    as many gradient-accumulation steps (and `steps_per_generation`) as the batch has micro-batches, so that one
+    generation batch is still one optimiser step; bf16 autocast on both sides or neither, fp32 master weights."""
     rollout, optim = config.rollout, config.optim
-    if optim.minibatches != 1 or optim.epochs != 1 or optim.micro_batch_size is not None:
-        raise ValueError("the comparison needs one optimiser step per rollout batch, without micro-batches")
+    rows = rollout.prompts_per_step * rollout.group_size
+    if optim.minibatches != 1 or optim.epochs != 1:
+        raise ValueError("the comparison needs one optimiser step per rollout batch")
+    micro = optim.micro_batch_size or rows
+    if rows % micro:
+        raise ValueError(f"optim.micro_batch_size = {micro} must divide the batch's {rows} rows")
     if config.model.dtype != "float32":
-        raise ValueError("the comparison runs fp32")
+        raise ValueError("the comparison keeps fp32 master weights (model.dtype = float32)")
     return {
         "output_dir": output_dir,
-        "use_cpu": True, "bf16": False, "fp16": False, "gradient_checkpointing": False,
+        "use_cpu": config.train.device == "cpu", "bf16": uses_bf16_autocast(config), "fp16": False,
+        "gradient_checkpointing": False,
         "seed": config.train.seed, "data_seed": config.train.seed, "shuffle_dataset": False,
         "max_steps": config.train.steps,
-        # one generation batch = one optimiser step
-        "per_device_train_batch_size": rollout.prompts_per_step * rollout.group_size,
-        "gradient_accumulation_steps": 1, "steps_per_generation": 1, "num_iterations": 1,
+        # one generation batch = one optimiser step, over rows / micro micro-batches
+        "per_device_train_batch_size": micro,
+        "gradient_accumulation_steps": rows // micro, "steps_per_generation": rows // micro, "num_iterations": 1,
         "num_generations": rollout.group_size, "max_completion_length": rollout.max_new_tokens,
         "temperature": rollout.temperature, "top_p": rollout.top_p, "top_k": 0,
         # GRPO without KL, clipped token ratio, mean over tokens then rows
@@ -185,20 +205,35 @@ class Probes:
     """Calls per section made outside the steps (set-up, evaluation)."""
     began: list[float] = field(default_factory=list)
     """perf_counter() at the start of each step."""
+    forwarded: list[list[int]] = field(default_factory=list)
+    """Per step, the length (prompt + response tokens) of each sequence a log-prob pass with grad forwarded."""
 
     def begin_step(self) -> None:
+        synchronize()
         self.steps.append(defaultdict(float))
+        self.forwarded.append([])
         self.began.append(time.perf_counter())
         self.active = True
 
     def end_step(self) -> None:
+        synchronize()
         self.active = False
+
+    def count_forwarded(self, lengths: torch.Tensor) -> None:
+        if self.active and torch.is_grad_enabled():
+            self.forwarded[-1].extend(int(n) for n in lengths.tolist())
 
     def add(self, section: str, seconds: float) -> None:
         if self.active:
             self.steps[-1][section] += seconds
         else:
             self.outside[section] += 1
+
+
+def synchronize() -> None:
+    """Wait for queued CUDA work, so that a clock read after it counts that work (nothing on CPU)."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
 
 
 _side = threading.local()
@@ -222,6 +257,29 @@ def timed(section, function):
             record(section() if callable(section) else section, time.perf_counter() - start)
 
     return wrapper
+
+
+def counted(lengths_of, function):
+    """`function`, the sequence lengths of each call's batch (`lengths_of(*args, **kwargs)`) counted into the
+    calling side's probes when grad is enabled (the update's forward passes)."""
+
+    def wrapper(*args, **kwargs):
+        probes = getattr(_side, "probes", None)
+        if probes is not None:
+            probes.count_forwarded(lengths_of(*args, **kwargs))
+        return function(*args, **kwargs)
+
+    return wrapper
+
+
+def credo_lengths(model, prompt_ids, prompt_mask, response_ids, response_mask, **_) -> torch.Tensor:
+    """Sequence lengths of a `credo.logprobs.policy_logprobs` call's batch."""
+    return prompt_mask.sum(1) + response_mask.sum(1)
+
+
+def trl_lengths(model, input_ids, attention_mask, *_, **__) -> torch.Tensor:
+    """Sequence lengths of a `GRPOTrainer._get_per_token_logps_and_entropies` call's batch."""
+    return attention_mask.sum(1)
 
 
 def grad_section() -> str:
@@ -309,6 +367,11 @@ class SideResult:
     phases: dict[str, list[float]] = field(default_factory=dict)
     """The trainer's own phases per step (credo: its step records' `time/*`; TRL: around `_prepare_inputs`)."""
     notes: list[str] = field(default_factory=list)
+    rollout_s: list[float] = field(default_factory=list)
+    """Per step, the seconds of its rollout phase (generation, rewards, advantages): credo `time/generate_s`
+    + `time/score_credit_s`, TRL `_prepare_inputs`; the rest of the step is its update."""
+    peak_bytes: int | None = None
+    """The most CUDA memory allocated while this side ran (None on CPU)."""
 
     @property
     def median_step(self) -> float:
@@ -351,7 +414,7 @@ def run_credo(config: RunConfig, workdir: Path, baton: Baton) -> SideResult:
         (credo_train, "TrainProgress", Turns),
         (credo_train, "sample_rollout", sample_rollout),
         (credo_train, "update", update),
-        (credo_train, "policy_logprobs", timed(grad_section, credo_train.policy_logprobs)),
+        (credo_train, "policy_logprobs", timed(grad_section, counted(credo_lengths, credo_train.policy_logprobs))),
         (groups, "verify_all", timed("verify", groups.verify_all)),
         (TransformersBackend, "generate", timed("sampling", TransformersBackend.generate)),
     ]
@@ -369,6 +432,7 @@ def run_credo(config: RunConfig, workdir: Path, baton: Baton) -> SideResult:
     return SideResult(
         "credo", [r["time/step_s"] for r in records], [int(r["rollout/tokens"]) for r in records],
         [r["reward/mean"] for r in records], probes, phases,
+        rollout_s=[r["time/generate_s"] + r["time/score_credit_s"] for r in records],
     )
 
 
@@ -425,8 +489,8 @@ def run_trl(config: RunConfig, workdir: Path, baton: Baton) -> SideResult:
             self.started = time.perf_counter()
 
         def on_step_end(self, args, state, control, **kwargs):
-            step_s.append(time.perf_counter() - self.started)
             probes.end_step()
+            step_s.append(time.perf_counter() - self.started)
             print(f"TRL step {len(step_s)}: {step_s[-1]:.2f}s", flush=True)
 
     args = GRPOConfig(**trl_config_kwargs(config, str(workdir / "trl")))
@@ -437,34 +501,44 @@ def run_trl(config: RunConfig, workdir: Path, baton: Baton) -> SideResult:
     same = [list(ids) for ids in trainer._tokenize_prompts(prompts[:first])[0]] == encode_prompts(
         tokenizer, [p.prompt for p in problems[:first]])
     notes = [f"TRL's prompt token ids equal credo's encode_prompts: {'yes' if same else 'NO'}"]
-    phases = {"rollout (_prepare_inputs)": [], "loss + backward (rest of training_step)": []}
+    rollout_s: list[float] = []  # per step: _prepare_inputs (generation, rewards, advantages)
+    training_s: list[float] = []  # per step: training_step, which calls _prepare_inputs
+
+    def add(values: list[float], seconds: float) -> None:
+        """Add to the current step's value (a step of several gradient-accumulation calls sums them)."""
+        values.extend([0.0] * (len(probes.steps) - len(values)))
+        values[-1] += seconds
 
     def training_step(*args, **kwargs):
-        start, before = time.perf_counter(), len(phases["rollout (_prepare_inputs)"])
+        start = time.perf_counter()
         try:
             return original_step(*args, **kwargs)
         finally:
-            rollout_s = sum(phases["rollout (_prepare_inputs)"][before:])
-            phases["loss + backward (rest of training_step)"].append(time.perf_counter() - start - rollout_s)
+            add(training_s, time.perf_counter() - start)
 
     def prepare_inputs(*args, **kwargs):
         start = time.perf_counter()
         try:
             return original_prepare(*args, **kwargs)
         finally:
-            phases["rollout (_prepare_inputs)"].append(time.perf_counter() - start)
+            add(rollout_s, time.perf_counter() - start)
 
     original_step, original_prepare = trainer.training_step, trainer._prepare_inputs
     trainer.training_step, trainer._prepare_inputs = training_step, prepare_inputs
     trainer._generate_single_turn = timed("sampling", trainer._generate_single_turn)
-    trainer._get_per_token_logps_and_entropies = timed(grad_section, trainer._get_per_token_logps_and_entropies)
+    trainer._get_per_token_logps_and_entropies = timed(grad_section, counted(
+        trl_lengths, trainer._get_per_token_logps_and_entropies))
     trainer.train()
+    add(rollout_s, 0.0)
+    phases = {"rollout (_prepare_inputs)": rollout_s,
+              "loss + backward (rest of training_step)": [t - r for t, r in zip(training_s, rollout_s)]}
     inside = sum(1 for step in probes.steps if step.get("sampling", 0.0) > 0)
     notes.append(f"TRL generation inside the timed steps: {inside} of {len(step_s)} steps generated inside "
                  f"on_step_begin..on_step_end, {probes.outside['sampling']} generation calls outside")
     if not (len(step_s) == len(reward.tokens) == len(probes.steps)):
         raise RuntimeError(f"TRL: {len(step_s)} timed steps, {len(reward.tokens)} reward calls, {len(probes.steps)} probed")
-    return SideResult("TRL", step_s, reward.tokens, reward.means, probes, phases, notes)
+    return SideResult("TRL", step_s, reward.tokens, reward.means, probes, phases, notes,
+                      rollout_s=rollout_s)
 
 
 def run_both(config: RunConfig, order: list[str], interleave: bool) -> list[SideResult]:
@@ -478,9 +552,16 @@ def run_both(config: RunConfig, order: list[str], interleave: bool) -> list[Side
         _side.probes = Probes()
         baton.wait(name)
         started = time.perf_counter()
+        cuda = torch.cuda.is_available() and config.train.device.startswith("cuda")
+        if cuda:
+            gc.collect()
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
         try:
             results[name] = runners[name](config, workdir, baton)
             results[name].notes.append(f"{name} ran with {torch.get_num_threads()} torch threads")
+            if cuda:
+                results[name].peak_bytes = torch.cuda.max_memory_allocated()
             print(f"{name}: done in {time.perf_counter() - started:.1f}s", flush=True)
         except BaseException as error:  # reported by the main thread
             errors[name] = error

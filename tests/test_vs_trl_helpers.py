@@ -71,6 +71,22 @@ def test_trl_config_is_one_optimiser_step_per_rollout_batch(bench, tmp_path):
     assert args.generation_batch_size == 12 and args.steps_per_generation == 1
 
 
+def test_micro_batches_become_gradient_accumulation_of_one_generation_batch(bench, tmp_path):
+    """credo's micro-batches of 6 rows: TRL takes 6 rows per pass, two passes per optimiser step, and generates
+    the whole batch once per step (so no separate old-log-prob pass), with bf16 autocast as credo on CUDA."""
+    overrides = bench.credo_overrides("testbed", 5, 4, 3, 20, 1e-5, device="cuda", micro_batch_size=6)
+    config = load_config(bench.CONFIG, overrides)
+    assert config.optim.micro_batch_size == 6 and config.optim.micro_batch_tokens is None
+    assert config.model.autocast_bf16 is True and config.model.dtype == "float32"
+    kwargs = bench.trl_config_kwargs(config, str(tmp_path))
+    assert kwargs["per_device_train_batch_size"] == 6
+    assert kwargs["gradient_accumulation_steps"] == kwargs["steps_per_generation"] == 2
+    assert kwargs["bf16"] is True and kwargs["use_cpu"] is False
+    bad = load_config(bench.CONFIG, [*overrides, "optim.micro_batch_size=5"])
+    with pytest.raises(ValueError, match="must divide"):
+        bench.trl_config_kwargs(bad, str(tmp_path))
+
+
 def test_trl_config_refuses_jobs_with_several_optimiser_steps(bench, tmp_path):
     config = load_config(bench.CONFIG, [*bench.credo_overrides("testbed", 5, 4, 3, 20, 1e-5), "optim.minibatches=2"])
     with pytest.raises(ValueError, match="one optimiser step"):
