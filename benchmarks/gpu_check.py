@@ -60,6 +60,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterator
+from copy import deepcopy
 from pathlib import Path
 from typing import Any
 
@@ -69,8 +70,8 @@ ROOT = Path(__file__).parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(Path(__file__).parent))
 
-from credo.config import RunConfig, apply_overrides, read_config_file, validate  # noqa: E402
-from credo.io import write_text_atomic  # noqa: E402
+from credo.config import RunConfig, apply_overrides, read_config_file, validate
+from credo.io import write_text_atomic
 
 GPU_CONFIG = ROOT / "configs" / "smollm2" / "gpu.yaml"
 LONG_CONFIG = ROOT / "configs" / "testbed" / "long" / "grpo.yaml"
@@ -210,7 +211,6 @@ def peak_bf16_flops(device: torch.device) -> float | None:
 def side_numbers(side, model_config, peaks: dict[str, float | None]) -> dict[str, Any]:
     """verl's throughput, TRL's MFU over the update and the step, sampling speed and memory of one side."""
     from trl.trainer.utils import compute_flops_per_token, compute_mfu
-
     from vs_trl import median_after_warmup
 
     timed = range(1, len(side.step_s)) if len(side.step_s) > 1 else range(len(side.step_s))
@@ -238,7 +238,6 @@ def side_numbers(side, model_config, peaks: dict[str, float | None]) -> dict[str
 def check_vs_trl(model: str, problems: Path | None, device: torch.device, shape: dict[str, Any],
                  peaks: dict[str, float | None], report: Report) -> None:
     from transformers import AutoConfig
-
     from vs_trl import run_both
 
     task = jsonl_task(problems) if problems is not None else None
@@ -269,8 +268,8 @@ def check_vs_trl(model: str, problems: Path | None, device: torch.device, shape:
             report.line(f"- {side.name}: {note}")
     report.result("credo_over_trl_step_time", credo["step_s"] / trl["step_s"])
     report.result("credo_throughput_tokens_per_s", credo["throughput"])
-    for name in peaks:
-        if peaks[name]:
+    for name, peak in peaks.items():
+        if peak:
             report.result(f"credo_mfu_update_{name}", credo[f"mfu_update_{name}"])
 
 
@@ -362,6 +361,109 @@ def check_precision(model: str, problems: Path | None, device: torch.device, sha
     report.result("bf16_grad_norm_rel_diff", norm_gap)
 
 
+def tf32_run(work: Callable[[], float]) -> float:
+    """`work()` with float32 matrix products on tensor cores (TF32 inputs, float32 accumulation and output)."""
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        return work()
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+
+
+def seconds(device: torch.device, work: Callable[[], Any]) -> float:
+    synchronize(device)
+    started = time.perf_counter()
+    work()
+    synchronize(device)
+    return time.perf_counter() - started
+
+
+def warm_then_time(device: torch.device, work: Callable[[], Any]) -> float:
+    """Seconds of `work()`'s second call (the first warms caches and kernels up)."""
+    work()
+    return seconds(device, work)
+
+
+def check_where_time_goes(model: str, problems: Path | None, device: torch.device, shape: dict[str, Any],
+                          report: Report) -> None:
+    """credo's decoding and one micro-batch of its update on the SmolLM2 job, as credo runs them and under the
+    switches that could speed them up (bf16 autocast, TF32), each timed alone, then the profile of each."""
+    from credo.checkpoint import RunDirectory
+    from credo.rollout.generate import encode_prompts, generate
+    from credo.rollout.groups import ProblemStream
+    from credo.train import accumulate_gradient, behaviour_batch, build_trainer, sample_rollout
+
+    task = jsonl_task(problems) if problems is not None else None
+    config = job_config(GPU_CONFIG, smollm2_overrides(model, device.type, shape), task)
+    decode_tokens = min(64, shape["max_new_tokens"])
+    with tempfile.TemporaryDirectory(prefix="credo_gpu_time_") as tmp:
+        trainer = build_trainer(config, RunDirectory(Path(tmp)))
+        stream = ProblemStream(trainer.task, config.train.seed)
+        prompts = encode_prompts(trainer.tokenizer, [p.prompt for p in stream.take(shape["prompts"])])
+        group = shape["group"]
+
+        def decode(model=trainer.model) -> None:
+            with torch.no_grad():
+                generate(model, trainer.tokenizer, prompts, max_new_tokens=decode_tokens, repeat=group,
+                         batch_size=len(prompts) * group)
+
+        rollout = sample_rollout(trainer, stream)
+        batch, _ = behaviour_batch(trainer, rollout)
+        batch, _ = trainer.method.credit(batch)
+        rows = min(shape["micro_batch_size"], batch.size)
+        part = batch.select(torch.arange(rows, device=batch.response_ids.device))
+
+        def update() -> None:
+            trainer.optimizer.zero_grad(set_to_none=True)
+            accumulate_gradient(trainer, part)
+
+        def bf16_copy() -> float:  # what a rollout engine holds (vLLM, verl): the weights in bf16
+            copy = deepcopy(trainer.model).to(torch.bfloat16)
+            return warm_then_time(device, lambda: decode(copy))
+
+        variants = {  # name: (decoding, update) under the switch; None: not applicable
+            "as credo runs (float32 weights; the update under bf16 autocast)": (
+                lambda: warm_then_time(device, decode), lambda: warm_then_time(device, update)),
+            "decoding with a bfloat16 copy of the weights": (bf16_copy, None),
+            "TF32 matmuls (float32 products on tensor cores)": (
+                lambda: tf32_run(lambda: warm_then_time(device, decode)),
+                lambda: tf32_run(lambda: warm_then_time(device, update))),
+        }
+        rows_out = []
+        for name, (decoding, updating) in variants.items():
+            cells = []
+            for run in (decoding, updating):
+                try:
+                    cells.append(None if run is None else run())
+                except Exception as error:  # noqa: BLE001 (a switch that breaks is a finding too)
+                    cells.append(f"failed: {type(error).__name__}: {str(error)[:120]}")
+            decode_s, update_s = cells
+            timed = isinstance(decode_s, float)
+            rows_out.append([name, f"{len(prompts) * group * decode_tokens / decode_s:,.0f}" if timed else str(decode_s),
+                             f"{decode_s / decode_tokens * 1e3:.1f}" if timed else "-",
+                             f"{update_s:.3f}" if isinstance(update_s, float) else str(update_s or "-")])
+            trainer.optimizer.zero_grad(set_to_none=True)
+        report.table(["switch", f"decoding: generated tokens/s ({len(prompts) * group} rows x {decode_tokens})",
+                      "ms per decoding step", f"update of {rows} rows (s)"], rows_out)
+        if device.type == "cuda":
+            from torch.autograd import DeviceType
+            from torch.profiler import ProfilerActivity, profile
+
+            for name, work in (("decoding", decode), ("update", update)):
+                with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
+                    wall = seconds(device, work)
+                events = profiler.key_averages()
+                busy = sum(e.self_device_time_total for e in events if e.device_type == DeviceType.CUDA) / 1e6
+                report.line(f"**{name}, as credo runs**: {wall:.2f} s under the profiler, GPU busy {busy:.2f} s "
+                            f"({busy / wall:.0%}); the kernels and operators with the most GPU time, then CPU time:")
+                report.line("```")
+                report.line(events.table(sort_by="self_cuda_time_total", row_limit=12, max_name_column_width=50))
+                report.line(events.table(sort_by="cpu_time_total", row_limit=12, max_name_column_width=50))
+                report.line("```")
+        trainer.optimizer.zero_grad(set_to_none=True)
+
+
 # ------------------------------------------------------------------------------------------- the report
 class Report:
     """The Markdown report and the RESULT lines; each section is written out as soon as it ends."""
@@ -389,7 +491,7 @@ class Report:
         try:
             run()
             ok = True
-        except Exception as error:  # one failed section must not lose the others
+        except Exception as error:  # noqa: BLE001 (one failed section must not lose the others)
             self.line(f"**Failed:** `{type(error).__name__}: {str(error)[:500]}`\n")
             self.line("```\n" + traceback.format_exc()[-3000:] + "```\n")
             ok = False
@@ -414,12 +516,12 @@ def environment(device: torch.device, peaks: dict[str, float | None]) -> list[li
         rows.append(["trl", trl.__version__])
     with contextlib.suppress(Exception):
         commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, timeout=10).stdout.strip()
+                                text=True, timeout=10, check=False).stdout.strip()
         rows.append(["credo commit", commit or "unknown"])
     if device.type == "cuda":
         properties = torch.cuda.get_device_properties(device)
-        rows += [["device", f"{properties.name}, {properties.total_memory / 2**30:.0f} GiB, "
-                            f"{properties.multi_processor_count} SMs"], ["CUDA", str(torch.version.cuda)]]
+        rows += [["device", (f"{properties.name}, {properties.total_memory / 2**30:.0f} GiB, "
+                             f"{properties.multi_processor_count} SMs")], ["CUDA", str(torch.version.cuda)]]
     else:
         rows.append(["device", f"CPU, {torch.get_num_threads()} torch threads"])
     for name, peak in peaks.items():
@@ -435,7 +537,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, help="the Markdown report (e.g. docs/results/gpu.md)")
     parser.add_argument("--steps", type=int, help="steps per side of the TRL comparison, the first a warm-up")
     parser.add_argument("--long-steps", type=int, help="steps of the long-horizon run")
-    parser.add_argument("--only", choices=("trl", "long", "precision"), action="append",
+    parser.add_argument("--only", choices=("trl", "long", "precision", "time"), action="append",
                         help="run only these sections (repeatable)")
     parser.add_argument("--pack", type=Path, metavar="DIR", help="write the model shape and problems to DIR; exit")
     parser.add_argument("--quick", action="store_true", help="CPU smoke test on a tiny untrained testbed model")
@@ -461,7 +563,7 @@ def main(argv: list[str] | None = None) -> None:
     device = torch.device(args.device or ("cpu" if args.quick else "cuda"))
     if device.type == "cuda" and not torch.cuda.is_available():
         parser.error("no CUDA device: the GPU checks need one (--quick runs the CPU smoke test)")
-    sections = set(args.only or ("trl", "long", "precision"))
+    sections = set(args.only or ("trl", "long", "precision", "time"))
     report = Report(args.out)
     from _quick import tiny_testbed
 
@@ -484,6 +586,9 @@ def main(argv: list[str] | None = None) -> None:
         if "precision" in sections:
             report.section("bf16 autocast vs fp32, one update",
                            lambda: check_precision(model, problems, device, shape, report))
+        if "time" in sections:
+            report.section("Where credo's time goes on the SmolLM2 job",
+                           lambda: check_where_time_goes(model, problems, device, shape, report))
     report.flush()
     for line in report.results:
         print(line)

@@ -69,7 +69,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "src"))
 
-from credo.config import RunConfig, load_config  # noqa: E402
+from credo.config import RunConfig, load_config
 
 CONFIG = Path(__file__).parents[1] / "configs" / "testbed" / "grpo.yaml"
 
@@ -380,8 +380,8 @@ class SideResult:
 
 def run_credo(config: RunConfig, workdir: Path, baton: Baton) -> SideResult:
     """credo's own trainer (`credo.train.train`) with probes; step times from its metrics.jsonl (`time/step_s`)."""
-    import credo.rollout.groups as groups
     import credo.train as credo_train
+    from credo.rollout import groups
     from credo.rollout.generate import TransformersBackend
 
     probes = _side.probes
@@ -563,7 +563,7 @@ def run_both(config: RunConfig, order: list[str], interleave: bool) -> list[Side
             if cuda:
                 results[name].peak_bytes = torch.cuda.max_memory_allocated()
             print(f"{name}: done in {time.perf_counter() - started:.1f}s", flush=True)
-        except BaseException as error:  # reported by the main thread
+        except BaseException as error:  # noqa: BLE001 (reported by the main thread)
             errors[name] = error
         finally:
             baton.done(name)
