@@ -326,12 +326,13 @@ def check_precision(model: str, problems: Path | None, device: torch.device, sha
             rollout.rewards = drawn
         params = [p for p in trainer.model.parameters() if p.requires_grad]
         outcome = {}
-        for name, autocast in (("fp32", False), ("bf16", True)):
+        for name, autocast in (("fp32", False), ("bf16", True)):  # bf16: as credo runs, TF32 where model.tf32 says
             trainer.autocast = autocast
-            batch, finite = behaviour_batch(trainer, rollout)
-            batch, _ = trainer.method.credit(batch)
-            trainer.optimizer.zero_grad(set_to_none=True)
-            metrics, _, good = accumulate_gradient(trainer, batch, usable=finite)
+            with tf32_products(torch.backends.cuda.matmul.allow_tf32 and autocast):
+                batch, finite = behaviour_batch(trainer, rollout)
+                batch, _ = trainer.method.credit(batch)
+                trainer.optimizer.zero_grad(set_to_none=True)
+                metrics, _, good = accumulate_gradient(trainer, batch, usable=finite)
             gradient = torch.cat([p.grad.float().flatten() for p in params if p.grad is not None])
             outcome[name] = {"loss": metrics.get("loss/policy", math.nan), "grad": gradient,
                              "norm": float(gradient.norm()), "logp": batch.old_logp, "good": good}
@@ -361,14 +362,20 @@ def check_precision(model: str, problems: Path | None, device: torch.device, sha
     report.result("bf16_grad_norm_rel_diff", norm_gap)
 
 
-def tf32_run(work: Callable[[], float]) -> float:
-    """`work()` with float32 matrix products on tensor cores (TF32 inputs, float32 accumulation and output)."""
+@contextlib.contextmanager
+def tf32_products(enabled: bool) -> Iterator[None]:
+    """float32 matrix products on TF32 tensor cores, or not, for the block (`model.tf32`)."""
     before = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cuda.matmul.allow_tf32 = enabled
     try:
-        return work()
+        yield
     finally:
         torch.backends.cuda.matmul.allow_tf32 = before
+
+
+def with_tf32(enabled: bool, work: Callable[[], float]) -> float:
+    with tf32_products(enabled):
+        return work()
 
 
 def seconds(device: torch.device, work: Callable[[], Any]) -> float:
@@ -423,12 +430,13 @@ def check_where_time_goes(model: str, problems: Path | None, device: torch.devic
             return warm_then_time(device, lambda: decode(copy))
 
         variants = {  # name: (decoding, update) under the switch; None: not applicable
-            "as credo runs (float32 weights; the update under bf16 autocast)": (
-                lambda: warm_then_time(device, decode), lambda: warm_then_time(device, update)),
-            "decoding with a bfloat16 copy of the weights": (bf16_copy, None),
+            "float32 weights, the update under bf16 autocast, no TF32": (
+                lambda: with_tf32(False, lambda: warm_then_time(device, decode)),
+                lambda: with_tf32(False, lambda: warm_then_time(device, update))),
+            "decoding with a bfloat16 copy of the weights": (lambda: with_tf32(False, bf16_copy), None),
             "TF32 matmuls (float32 products on tensor cores)": (
-                lambda: tf32_run(lambda: warm_then_time(device, decode)),
-                lambda: tf32_run(lambda: warm_then_time(device, update))),
+                lambda: with_tf32(True, lambda: warm_then_time(device, decode)),
+                lambda: with_tf32(True, lambda: warm_then_time(device, update))),
         }
         rows_out = []
         for name, (decoding, updating) in variants.items():
@@ -455,7 +463,9 @@ def check_where_time_goes(model: str, problems: Path | None, device: torch.devic
                     wall = seconds(device, work)
                 events = profiler.key_averages()
                 busy = sum(e.self_device_time_total for e in events if e.device_type == DeviceType.CUDA) / 1e6
-                report.line(f"**{name}, as credo runs**: {wall:.2f} s under the profiler, GPU busy {busy:.2f} s "
+                tf32 = "on" if torch.backends.cuda.matmul.allow_tf32 else "off"
+                report.line(f"**{name}, as credo runs (TF32 {tf32})**: {wall:.2f} s under the profiler, "
+                            f"GPU busy {busy:.2f} s "
                             f"({busy / wall:.0%}); the kernels and operators with the most GPU time, then CPU time:")
                 report.line("```")
                 report.line(events.table(sort_by="self_cuda_time_total", row_limit=12, max_name_column_width=50))

@@ -125,7 +125,7 @@ def test_override_syntax_errors(tmp_path):
         ("optim.lrr=1", "optim.lrr", "lr, weight_decay, betas, grad_clip, warmup_steps, schedule, minibatches"),
         ("rollout.foo=1", "rollout.foo", "backend, vllm, prompts_per_step, group_size, max_new_tokens, temperature, top_p"),
         ("foo=1", "foo", "method, credit, loss, model, task, rollout, optim, train, eval"),
-        ("model.foo=1", "model.foo", "path, testbed, dtype, autocast_bf16, attn_implementation, lora"),
+        ("model.foo=1", "model.foo", "path, testbed, dtype, autocast_bf16, tf32, attn_implementation, lora"),
         ("eval.sample=4", "eval.sample", "greedy, samples, final_samples, ks, temperature, max_problems"),
         ("train.stpes=4", "train.stpes", "steps, seed, device, eval_every"),
     ],

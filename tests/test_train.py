@@ -436,3 +436,16 @@ def test_smollm2_trains_a_few_grpo_steps_on_a_reasoning_gym_task(tmp_path):
     trained, _ = load_model(ModelConfig(path=str(tmp_path / "smollm2" / "model")), torch.device("cpu"))
     changed = [n for (n, a), (_, b) in zip(start.named_parameters(), trained.named_parameters()) if not torch.equal(a, b)]
     assert len(changed) > 100  # full fine-tuning moved the weights (272 tensors)
+
+
+@pytest.mark.parametrize("setting, device, autocast, expected", [
+    (None, "cuda", True, True),     # unset: on where the passes are bf16 anyway
+    (None, "cuda", False, None),    # unset without autocast: torch's own setting stays
+    (False, "cuda", True, False),   # set: as set
+    (True, "cuda", False, True),
+    (True, "cpu", True, None),      # no effect off CUDA
+])
+def test_tf32_follows_its_setting_on_cuda_and_autocast_where_unset(setting, device, autocast, expected):
+    from credo.train import uses_tf32
+
+    assert uses_tf32(setting, torch.device(device), autocast) is expected

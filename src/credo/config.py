@@ -87,6 +87,14 @@ class ModelConfig(Section):
     """Weights' dtype."""
     autocast_bf16: bool | None = None
     """bf16 autocast in forward passes; None: on for CUDA with bf16 support, off on CPU."""
+    tf32: bool | None = None
+    """On CUDA, float32 matrix products on TF32 tensor cores; None: on where bf16 autocast is on.
+
+    TF32 keeps float32's range and accumulation with 10-bit mantissa inputs (transformers'
+    `TrainingArguments.tf32`). It speeds the products that stay float32 under autocast: the LM head's in the
+    log-probs and the decoding of float32 weights. Unset without autocast, torch's setting is left alone. On an
+    H200 it cut an update of SmolLM2-135M from 0.87 to 0.58 s and a decoding step from 32.4 to 26.5 ms
+    (docs/results/gpu.md). No effect on CPU."""
     attn_implementation: str | None = None
     """transformers' attention ("eager", "sdpa", ...); None: eager for the testbed, the model's own otherwise.
 

@@ -188,12 +188,23 @@ def build_trainer(config: RunConfig, run: RunDirectory) -> Trainer:
     autocast = config.model.autocast_bf16
     if autocast is None:
         autocast = device.type == "cuda" and torch.cuda.is_bf16_supported()
+    tf32 = uses_tf32(config.model.tf32, device, autocast)
+    if tf32 is not None:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
     keys = CommonRandomNumbers(config.train.seed) if config.rollout.common_random_numbers else None
     backend = make_backend(config.rollout, model, tokenizer, config.model, seed=config.train.seed,
                            common_random_numbers=keys)
     on_policy = optim.minibatches * optim.epochs == 1 and not method.reads_entropy
     return Trainer(config, run, method, task, model, tokenizer, optimizer, scheduler, device, autocast, backend,
                    on_policy, keys, reference)
+
+
+def uses_tf32(setting: bool | None, device: torch.device, autocast: bool) -> bool | None:
+    """Whether float32 matrix products run on TF32 tensor cores (`model.tf32`): the setting on CUDA, where unset
+    on where bf16 autocast is; None: leave torch's setting (off CUDA, or unset without autocast)."""
+    if device.type != "cuda":
+        return None
+    return setting if setting is not None else (True if autocast else None)
 
 
 def pick_device(name: str) -> torch.device:
