@@ -468,12 +468,20 @@ def check_resume(recorded: Path, config: RunConfig) -> None:
     """
     if not recorded.exists():
         return
-    before, after = load_config(recorded, load_rewards=False).model_dump(mode="json"), config.model_dump(mode="json")
     frozen = [f"{key} ({short_repr(old, 200)} -> {short_repr(new, 200)}: {_why_frozen(key)})"
-              for key, old, new in _differences(before, after) if key not in RESUMABLE]
+              for key, old, new in changed_keys(load_config(recorded, load_rewards=False), config)
+              if key not in RESUMABLE]
     if frozen:
         raise ConfigError(f"--resume cannot change {'; '.join(frozen)}; start a new run for other settings "
                           f"(a resumed run may change only {', '.join(RESUMABLE)})")
+
+
+def changed_keys(before: RunConfig, after: RunConfig) -> list[tuple[str, Any, Any]]:
+    """The dotted keys whose values differ between two validated configs, each with its old and new value.
+
+    Compared as validated, a config file written before a setting existed reads that setting at its default:
+    an upgrade of credo that adds a setting changes nothing here."""
+    return _differences(before.model_dump(mode="json"), after.model_dump(mode="json"))
 
 
 def _why_frozen(key: str) -> str:

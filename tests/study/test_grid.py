@@ -11,7 +11,7 @@ import yaml
 
 from credo.config import ConfigError, dump
 from credo.study import grid
-from credo.study.grid import cell_status, load_study, run_study
+from credo.study.grid import cell_status, check_unchanged, load_study, run_study
 
 CONFIGS = Path(__file__).parents[2] / "configs" / "testbed"
 TINY_SET = {
@@ -135,7 +135,7 @@ def test_a_changed_study_does_not_mix_into_old_runs(tmp_path):
     cells = study.cells()
     cells[0].run_dir.mkdir(parents=True)
     (cells[0].run_dir / "config.yaml").write_text(dump(cells[0].config).replace("lr: 0.0001", "lr: 0.0002"))
-    with pytest.raises(ConfigError, match=r"was run with another config than the study now gives \(default · grpo · seed 0\)"):
+    with pytest.raises(ConfigError, match=r"was run with another config than the study now gives \(default · grpo · seed 0; optim\.lr\)"):
         run_study(study, log=lambda _: None)
 
 
@@ -207,3 +207,17 @@ def test_a_sigkilled_compare_resumes_to_the_uninterrupted_grid(tmp_path):
     run_study(killed, log=lambda _: None)
     for done, reference in zip(killed.cells(), straight.cells()):
         assert records(done.run_dir) == records(reference.run_dir)
+
+
+def test_a_setting_credo_gained_since_a_run_does_not_orphan_it(tmp_path):
+    """A run's config.yaml written before a setting existed (here: model.tf32 missing) is the same config when the
+    new setting sits at its default; the same setting changed is a change, named."""
+    study = load_study(write_study(tmp_path, seeds=[0]))
+    cell = study.cells()[0]
+    cell.run_dir.mkdir(parents=True)
+    (cell.run_dir / "config.yaml").write_text(dump(cell.config).replace("  tf32: null\n", ""))
+    assert "tf32" not in (cell.run_dir / "config.yaml").read_text()
+    check_unchanged(cell)
+    (cell.run_dir / "config.yaml").write_text(dump(cell.config).replace("tf32: null", "tf32: true"))
+    with pytest.raises(ConfigError, match=r"model\.tf32"):
+        check_unchanged(cell)

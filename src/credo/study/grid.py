@@ -40,8 +40,9 @@ from credo.config import (
     ConfigError,
     RunConfig,
     base_files,
+    changed_keys,
     deep_merge,
-    dump,
+    load_config,
     read_config_file,
     read_yaml_mapping,
     validate,
@@ -278,11 +279,16 @@ def cell_status(cell: Cell) -> str:
 
 
 def check_unchanged(cell: Cell) -> None:
+    """A `ConfigError` if the cell's run directory holds a run of another config (`changed_keys`: read as
+    validated, so a setting credo gained since the run, absent from its config.yaml, counts at its default)."""
     saved = cell.run_dir / "config.yaml"
-    if saved.exists() and saved.read_text() != dump(cell.config):
+    if not saved.exists():
+        return
+    changed = changed_keys(load_config(saved, load_rewards=False), cell.config)
+    if changed:
         raise ConfigError(
-            f"{cell.run_dir} was run with another config than the study now gives ({cell.label}); "
-            "use a new output directory, or delete that run to redo it"
+            f"{cell.run_dir} was run with another config than the study now gives ({cell.label}; "
+            f"{', '.join(key for key, _, _ in changed)}); use a new output directory, or delete that run to redo it"
         )
 
 
