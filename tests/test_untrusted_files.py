@@ -217,7 +217,7 @@ def test_a_huge_chat_template_is_refused(testbed_tokenizer):
 
 def test_a_trainer_pt_declaring_more_bytes_than_it_holds_is_refused(tmp_path):
     """Zip entries can share bytes (each declared at full size): torch would read every one of them."""
-    from credo.checkpoint import CheckpointError, check_archive
+    from credo.io import check_torch_archive
 
     path = tmp_path / "trainer.pt"
     torch.save({"weights": torch.zeros(1000)}, path)
@@ -225,5 +225,27 @@ def test_a_trainer_pt_declaring_more_bytes_than_it_holds_is_refused(tmp_path):
     entry = data.index(b"PK\x01\x02")  # the first member's central directory entry: sizes at +20 and +24
     data[entry + 20:entry + 28] = (10**9).to_bytes(4, "little") * 2
     path.write_bytes(data)
-    with pytest.raises(CheckpointError, match=r"its members declare 1,000,\d{3},\d{3} bytes, more than the file's"):
-        check_archive(path)
+    with pytest.raises(ValueError, match=r"its members declare 1,000,\d{3},\d{3} bytes, more than the file's"):
+        check_torch_archive(path)
+
+
+def test_a_model_directory_whose_bin_weights_would_inflate_is_refused(tmp_path):
+    """transformers loads `pytorch_model.bin` with torch.load, which reads DEFLATE members too."""
+    from credo.config import ModelConfig
+    from credo.models import load_model
+    from credo.testbed import TestbedModel, build_tokenizer, new_model
+
+    tokenizer = build_tokenizer()
+    model = new_model(TestbedModel(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32), tokenizer)
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    (tmp_path / "model.safetensors").unlink()  # the older format instead, as torch.save writes it
+    weights = tmp_path / "pytorch_model.bin"
+    torch.save(model.state_dict(), weights)
+    load_model(ModelConfig(path=str(tmp_path)), torch.device("cpu"))  # as torch.save wrote it: loads
+    data = {m.filename: zipfile.ZipFile(weights).read(m.filename) for m in zipfile.ZipFile(weights).infolist()}
+    with zipfile.ZipFile(weights, "w", zipfile.ZIP_DEFLATED) as bomb:
+        for name, content in data.items():
+            bomb.writestr(name, content)
+    with pytest.raises(ValueError, match=r"refusing to load .*pytorch_model.bin: its member '.*' is compressed"):
+        load_model(ModelConfig(path=str(tmp_path)), torch.device("cpu"))

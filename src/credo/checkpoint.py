@@ -12,7 +12,7 @@ penalty, `reference.json` (the reference weights' fingerprint, `credo.train.chec
 
 A run directory may come from elsewhere, so nothing in it is trusted: no write, removal or lock follows a link
 in it (`RunDirectory.lock`), `state.json` and the logs are read back with their types and ranges checked
-(`TrainState`, `MetricsRecord`), and a `trainer.pt` is loaded only if it cannot inflate (`check_archive`).
+(`TrainState`, `MetricsRecord`), and a `trainer.pt` is loaded only if it cannot inflate (`credo.io.check_torch_archive`).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from safetensors.torch import load_file, save_file
 from credo.io import (
     append_jsonl,
     atomic_directory,
+    check_torch_archive,
     iter_jsonl,
     open_own_file,
     read_jsonl,
@@ -270,7 +271,7 @@ def read_checkpoint(path: Path, problems_per_step: int | None = None) -> tuple[d
     Raises UnreadableCheckpoint for missing, truncated or corrupt files and for a `state.json` that `TrainState`
     refuses (given `problems_per_step`, the most a step takes), CheckpointError for a `trainer.pt` that holds
     anything but tensors and plain types (torch's weights-only unpickler met a GLOBAL it refuses) or that could
-    inflate on load (`check_archive`).
+    inflate on load (`credo.io.check_torch_archive`).
     """
     try:
         state = TrainState.model_validate_json((path / "state.json").read_bytes(),
@@ -281,7 +282,7 @@ def read_checkpoint(path: Path, problems_per_step: int | None = None) -> tuple[d
         raise UnreadableCheckpoint(_reason(error)) from error
     try:
         weights = load_file(path / "trainable.safetensors")
-        check_archive(path / "trainer.pt")
+        check_torch_archive(path / "trainer.pt", CheckpointError)
         extra = torch.load(path / "trainer.pt", weights_only=True)
         missing = {"optimizer", "scheduler", "torch_rng", "cuda_rng", "python_rng"} - set(extra)
         if missing:
@@ -300,27 +301,6 @@ def read_checkpoint(path: Path, problems_per_step: int | None = None) -> tuple[d
             zipfile.BadZipFile) as error:
         raise UnreadableCheckpoint(_reason(error)) from error
     return weights, extra, state
-
-
-def check_archive(path: Path) -> None:
-    """Refuse (CheckpointError) a `trainer.pt` that could inflate on load: torch.save writes a zip archive whose
-    members are stored uncompressed, so what `torch.load` reads is at most the file's size; a compressed member
-    (a few kilobytes of DEFLATE can hold gigabytes) or members declaring more bytes than the file holds
-    (entries sharing the same bytes) are never credo's. A file that begins as a zip archive (torch's own test)
-    but cannot be read as one is a BadZipFile; other bytes are left to torch.load, which reads them as a pickle
-    (a bare one, or torch's legacy format: uncompressed)."""
-    with path.open("rb") as handle:
-        if handle.read(4) != b"PK\x03\x04":
-            return
-    with zipfile.ZipFile(path) as archive:
-        members = archive.infolist()
-    compressed = next((m for m in members if m.compress_type != zipfile.ZIP_STORED), None)
-    declared, size = sum(m.file_size for m in members), path.stat().st_size
-    if compressed is not None or declared > size:
-        why = (f"its member {compressed.filename[:100]!r} is compressed" if compressed is not None
-               else f"its members declare {declared:,} bytes, more than the file's {size:,}")
-        raise CheckpointError(f"refusing to load {path}: {why}; torch.save stores every member uncompressed, so it "
-                              "was not written by credo (loading it could take far more memory than its size)")
 
 
 def load_checkpoint(path: Path, model, optimizer, scheduler, problems_per_step: int | None = None) -> TrainState:

@@ -16,6 +16,7 @@ import os
 import shutil
 import stat
 import tempfile
+import zipfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -249,3 +250,24 @@ def recover_directories(parent: Path, pattern: str) -> list[Path]:
         shutil.rmtree(stale, ignore_errors=True)
         removed.append(stale)
     return removed
+
+
+def check_torch_archive(path: Path, error: type[Exception] = ValueError) -> None:
+    """Refuse (`error`) a torch file that could inflate on load: a checkpoint's `trainer.pt`, a model directory's
+    `*.bin` weights. torch.save writes a zip archive whose members are stored uncompressed, so what `torch.load`
+    reads is at most the file's size; a compressed member (a few kilobytes of DEFLATE can hold gigabytes) or
+    members declaring more bytes than the file holds (entries sharing the same bytes) are never torch.save's. A
+    file that begins as a zip archive (torch's own test) but cannot be read as one is a BadZipFile; other bytes
+    are left to torch.load, which reads them as a pickle (a bare one, or torch's legacy format: uncompressed)."""
+    with path.open("rb") as handle:
+        if handle.read(4) != b"PK\x03\x04":
+            return
+    with zipfile.ZipFile(path) as archive:
+        members = archive.infolist()
+    compressed = next((m for m in members if m.compress_type != zipfile.ZIP_STORED), None)
+    declared, size = sum(m.file_size for m in members), path.stat().st_size
+    if compressed is not None or declared > size:
+        why = (f"its member {compressed.filename[:100]!r} is compressed" if compressed is not None
+               else f"its members declare {declared:,} bytes, more than the file's {size:,}")
+        raise error(f"refusing to load {path}: {why}; torch.save stores every member uncompressed, so torch.save "
+                    "did not write it (loading it could take far more memory than its size)")

@@ -17,6 +17,7 @@ import torch
 from credo.config import ModelConfig
 from credo.extras import require
 from credo.gguf import PRESETS, converted_directory, preset_file
+from credo.io import check_torch_archive
 from credo.rollout.crn import CommonRandomNumbers
 from credo.rollout.generate import TransformersBackend
 from credo.rollout.options import RolloutConfig
@@ -56,10 +57,13 @@ def load_model(config: ModelConfig, device: torch.device):
     """(model, tokenizer) on `device`, with LoRA adapters when configured (only they then train).
 
     Code a model directory names for itself (`auto_map`) is never run (`trust_remote_code=False`: transformers
-    would otherwise ask on stdin): a model that needs it is a ValueError."""
+    would otherwise ask on stdin): a model that needs it is a ValueError. Weights saved by torch (`*.bin`) load
+    only if they cannot inflate (`credo.io.check_torch_archive`); safetensors files bound themselves."""
     from transformers import AutoModelForCausalLM
 
     path = resolve_model_path(config)
+    for weights in sorted(path.glob("*.bin")):  # torch-pickled weights: refused if they would inflate on load
+        check_torch_archive(weights)
     kwargs = {"dtype": getattr(torch, config.dtype), "trust_remote_code": False}
     attention = config.attn_implementation or ("eager" if config.path == "testbed" else None)
     if attention is not None:
