@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import resource
+import threading
 import time
 import zipfile
 from pathlib import Path
@@ -202,9 +204,45 @@ def test_a_chat_template_that_loops_for_hours_is_stopped(testbed_tokenizer, monk
     testbed_tokenizer.chat_template = ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}"
                                        "{% endfor %}{{ messages[0]['content'] }}")
     started = time.perf_counter()
-    with pytest.raises(ValueError, match="took more than 0.5 s to render one prompt"):
+    with pytest.raises(ValueError, match="took more than 0.5 s or 1024 MB to render 1 prompt;"):
         encode_prompts(testbed_tokenizer, ["2+2?"])
     assert time.perf_counter() - started < 5
+
+
+def test_a_chat_template_that_allocates_gigabytes_is_stopped_outside_the_trainer(testbed_tokenizer):
+    """One expression, `'x' * 2**32`: 4 GiB allocated at once, which no timer cuts short in-process."""
+    from credo.rollout.generate import encode_prompts
+
+    testbed_tokenizer.chat_template = "{{ 'x' * 2**32 }}{{ messages[0]['content'] }}"
+    peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    started = time.perf_counter()
+    with pytest.raises(ValueError, match=r"took more than .* s or 1024 MB to render 1 prompt;"):
+        encode_prompts(testbed_tokenizer, ["2+2?"])
+    assert time.perf_counter() - started < 15
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before < 512 * 1024  # kB: not in this process
+
+
+def test_a_looping_chat_template_is_stopped_off_the_main_thread_too(testbed_tokenizer, monkeypatch):
+    from credo.rollout.generate import encode_prompts
+
+    monkeypatch.setattr("credo.tasks.chat.RENDER_SECONDS", 0.5)
+    testbed_tokenizer.chat_template = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    errors = []
+    thread = threading.Thread(target=lambda: errors.append(pytest.raises(ValueError, encode_prompts,
+                                                                         testbed_tokenizer, ["2+2?"])))
+    started = time.perf_counter()
+    thread.start()
+    thread.join(30)
+    assert not thread.is_alive() and time.perf_counter() - started < 10
+    assert "took more than 0.5 s" in str(errors[0].value)
+
+
+def test_a_chat_template_error_is_a_value_error_with_its_message(testbed_tokenizer):
+    from credo.rollout.generate import encode_prompts
+
+    testbed_tokenizer.chat_template = "{{ raise_exception('System role not supported') }}"
+    with pytest.raises(ValueError, match="chat template failed: .*System role not supported"):
+        encode_prompts(testbed_tokenizer, ["2+2?"])
 
 
 def test_a_huge_chat_template_is_refused(testbed_tokenizer):

@@ -47,6 +47,7 @@ from credo.tasks.arith import (
     noisy_values,
 )
 from credo.tasks.base import THOUGHT_END
+from credo.tasks.chat import SHIPPED_TEMPLATES
 
 USER, ASSISTANT, END, PAD, UNK = "<|user|>", "<|assistant|>", "<|end|>", "<pad>", "<unk>"
 SPECIAL = [PAD, UNK, USER, ASSISTANT, END]
@@ -58,6 +59,7 @@ CHAT_TEMPLATE = (
     + "{% else %}" + ASSISTANT + "{{ m['content'] }}" + END + "{% endif %}"
     "{% endfor %}{% if add_generation_prompt %}" + ASSISTANT + "{% endif %}"
 )
+SHIPPED_TEMPLATES.add(CHAT_TEMPLATE)  # credo's own: rendered in the trainer's process (credo.tasks.chat)
 
 
 TESTBED_FORMAT = 4

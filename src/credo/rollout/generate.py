@@ -43,13 +43,13 @@ def encode_prompts(tokenizer, messages: list[str]) -> list[list[int]]:
     its system message is folded into the first user message where the template has no system role
     (`credo.tasks.chat`). Without a chat template a string is encoded as it is, a ChatPrompt as its messages'
     contents joined by blank lines."""
-    from credo.tasks.chat import ChatPrompt, plain_text, render_chat, system_role, template_messages
+    from credo.tasks.chat import ChatPrompt, plain_text, render_chats, system_role, template_messages
 
     if tokenizer.chat_template is None:
         return tokenizer([plain_text(m) for m in messages], add_special_tokens=True)["input_ids"]
     system = any(isinstance(m, ChatPrompt) and m.messages[0]["role"] == "system" for m in messages) \
         and system_role(tokenizer)
-    texts = [render_chat(tokenizer, template_messages(m, system), add_generation_prompt=True) for m in messages]
+    texts = render_chats(tokenizer, [template_messages(m, system) for m in messages], add_generation_prompt=True)
     return tokenizer(texts, add_special_tokens=False)["input_ids"]  # the template holds any BOS itself
 
 

@@ -7,17 +7,19 @@ template without a system role gets the system message folded into the first use
 blank line, then the user's): `system_role(tokenizer)` tells which. The testbed's template has none (it renders
 every role but "user" as an assistant turn), so there a system prompt is folded; SmolLM2's and Qwen's have one.
 Without a chat template at all, a chat prompt is its messages' contents joined by blank lines. Every template
-renders through `render_chat`, bounded in size and time.
+renders through `render_chats`, bounded in size, time and memory.
 """
 
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from credo.tasks.base import short_repr
+from credo.tasks.sandbox import Limits, Sandbox
 
 SYSTEM_PROBE = "credo-system-probe-7c1e"
 """A system message's content that no template writes by itself (`system_role`)."""
@@ -99,25 +101,69 @@ def with_instruction(prompt: str, instruction: str | None) -> str:
 MAX_TEMPLATE_CHARS = 65_536
 """The longest chat template credo renders (real ones are a few kilobytes)."""
 RENDER_SECONDS = 10.0
-"""The longest a chat template may take to render one conversation."""
+"""The longest a chat template may take to render one call's conversations (`RENDER_BATCH` at most)."""
+RENDER_MEMORY_MB = 1024
+"""The address space of the worker that renders chat templates (its imports take about 200 MB)."""
+RENDER_BATCH = 64
+"""Conversations rendered per worker call (each call's reply is bounded in size)."""
+TEMPLATES = Sandbox("chat-template", "chat_template_scorer", Limits(memory_mb=RENDER_MEMORY_MB, file_mb=1),
+                    confined=False)
+"""The worker that renders chat templates: a fresh child per call, `RLIMIT_AS`, the time bound (no namespaces:
+a template is not model output, and Jinja's sandbox keeps it from files and imports)."""
+SHIPPED_TEMPLATES: set[str] = set()
+"""Chat templates that ship with credo (the testbed's, added by `credo.testbed`): credo's own code, rendered in
+the trainer's process."""
 
 
-def render_chat(tokenizer: Any, messages: list[dict[str, str]], **options: Any) -> str:
-    """`tokenizer.apply_chat_template(messages, tokenize=False, **options)`, bounded: a template longer than
-    `MAX_TEMPLATE_CHARS` or a render that takes more than `RENDER_SECONDS` is a ValueError saying so.
+def render_chats(tokenizer: Any, conversations: Sequence[Sequence[Mapping[str, str]]], *,
+                 add_generation_prompt: bool) -> list[str]:
+    """Each conversation as `tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=...)`
+    renders it, bounded: a template longer than `MAX_TEMPLATE_CHARS`, or one that takes more than
+    `RENDER_SECONDS` or `RENDER_MEMORY_MB` to render, is a ValueError saying so; an error the template raises
+    ("System role not supported") is a ValueError carrying its message.
 
-    A chat template is code from the model's directory that runs in the trainer's process. transformers renders
-    it in Jinja's immutable sandbox (no imports, files or private attributes; `range` capped at 100,000 items),
-    which leaves loops within loops to run for hours: the time limit, a SIGALRM timer, stops them. It holds in
-    the main thread when no other timer is running (elsewhere the render is unbounded in time), and it cannot cut
-    a single huge operation short (`'x' * 2**31` allocates its 2 GiB before the timer fires)."""
-    template = tokenizer.chat_template
-    if len(str(template)) > MAX_TEMPLATE_CHARS:
-        raise ValueError(f"the tokenizer's chat template has {len(str(template)):,} characters, more than the "
+    A chat template is code from the model's directory. transformers renders it in Jinja's immutable sandbox
+    (no imports, files or private attributes; `range` capped at 100,000 items), which still lets a loop of loops
+    run for hours and one expression (`'x' * 2**31`) allocate gigabytes. So it renders in a worker of its own
+    (`TEMPLATES`: `credo.tasks.sandbox`, unconfined but bounded, a fresh child per call of `RENDER_BATCH`
+    conversations), with transformers' own renderer and the tokenizer's special tokens as its arguments, as
+    `apply_chat_template` passes them. The worker starts once per process (about a second: it imports
+    transformers' template module) and each call costs a fork. Templates credo ships (`SHIPPED_TEMPLATES`) and
+    every template off Linux (no worker there) render in the trainer's process, where only the time is bounded
+    (a SIGALRM timer, in the main thread)."""
+    template = tokenizer.get_chat_template()
+    if len(template) > MAX_TEMPLATE_CHARS:
+        raise ValueError(f"the tokenizer's chat template has {len(template):,} characters, more than the "
                          f"{MAX_TEMPLATE_CHARS:,} credo renders")
+    conversations = [[dict(message) for message in conversation] for conversation in conversations]
+    if template in SHIPPED_TEMPLATES or not sys.platform.startswith("linux"):
+        return [render_in_process(tokenizer, conversation, add_generation_prompt) for conversation in conversations]
+    batches = [conversations[i:i + RENDER_BATCH] for i in range(0, len(conversations), RENDER_BATCH)]
+    special = {key: value for key, value in tokenizer.special_tokens_map.items()}
+    outcomes = TEMPLATES.call_many("render", [(template, batch, add_generation_prompt, special) for batch in batches],
+                                   RENDER_SECONDS)
+    texts: list[str] = []
+    for batch, outcome in zip(batches, outcomes):
+        if outcome.failed:
+            raise ValueError(f"the tokenizer's chat template took more than {RENDER_SECONDS:g} s or "
+                             f"{RENDER_MEMORY_MB} MB to render {len(batch)} prompt{'s' * (len(batch) != 1)}; credo "
+                             "stops it there (check the "
+                             "template in the model's tokenizer_config.json or chat_template.jinja)")
+        if outcome.error is not None:
+            raise ValueError(f"the tokenizer's chat template failed: {short_repr(outcome.error, 300)}")
+        value = outcome.value
+        if not (isinstance(value, list) and len(value) == len(batch) and all(isinstance(t, str) for t in value)):
+            raise ValueError("the chat template's worker replied with something other than one text per prompt")
+        texts.extend(value)
+    return texts
+
+
+def render_in_process(tokenizer: Any, messages: list[dict[str, str]], add_generation_prompt: bool) -> str:
+    """`apply_chat_template` in this process, stopped after `RENDER_SECONDS` by a SIGALRM timer where one can
+    run (the main thread, no other timer running)."""
 
     def render() -> str:
-        return tokenizer.apply_chat_template(messages, tokenize=False, **options)
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
 
     if threading.current_thread() is not threading.main_thread() or signal.getitimer(signal.ITIMER_REAL)[0]:
         return render()
@@ -142,8 +188,8 @@ def system_role(tokenizer: Any) -> bool:
     keeps its content, and renders it differently from the same content as a user or an assistant turn."""
 
     def render(role: str) -> str:
-        return render_chat(tokenizer, [{"role": role, "content": SYSTEM_PROBE}, {"role": "user", "content": "?"}],
-                           add_generation_prompt=True)
+        conversation = [{"role": role, "content": SYSTEM_PROBE}, {"role": "user", "content": "?"}]
+        return render_chats(tokenizer, [conversation], add_generation_prompt=True)[0]
 
     try:
         system = render("system")

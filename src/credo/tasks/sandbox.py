@@ -159,11 +159,16 @@ atexit.register(_shutdown_all)
 class Sandbox:
     """Calls of one scorer module's functions in a sandboxed worker (started on first use)."""
 
-    def __init__(self, name: str, scorer: str | Path, limits: Limits = Limits()) -> None:
-        """`scorer`: a module's name in `credo/tasks/scorers/`, or the path of a scorer module file."""
+    def __init__(self, name: str, scorer: str | Path, limits: Limits = Limits(), *, confined: bool = True) -> None:
+        """`scorer`: a module's name in `credo/tasks/scorers/`, or the path of a scorer module file.
+
+        `confined=False` starts the worker without the operating-system boundary whatever
+        `CREDO_SANDBOX_ISOLATION` says (a fresh child per call, the limits and the time bound still hold): for
+        code that is not model output and needs only bounds, such as a model's chat template."""
         self.name = name
         self.scorer = scorer if isinstance(scorer, Path) else SCORERS / f"{scorer}.py"
         self.limits = limits
+        self.confined = confined
         self.failures = 0
         """Failed calls so far (overruns, deaths, limits, refused operations)."""
         self._lock = threading.Lock()
@@ -303,7 +308,7 @@ class _Worker:
     def __init__(self, sandbox: Sandbox) -> None:
         if not sys.platform.startswith("linux"):  # the worker needs fork, pidfd and prctl even without isolation
             raise SandboxUnavailable(f"the {sandbox.name} sandbox needs Linux, not {sys.platform}")
-        self.isolated = isolated()
+        self.isolated = sandbox.confined and isolated()
         self.scratch = tempfile.mkdtemp(prefix="credo-sandbox-")
         parent, child = socket.socketpair()
         self.output = tempfile.TemporaryFile()  # noqa: SIM115 - the worker's stdout and stderr until it is ready
