@@ -35,6 +35,37 @@ def test_greedy_decoding_equals_transformers_generate(policy):
     assert ours.prompt_ids.tolist() == ids.tolist()
 
 
+@pytest.mark.parametrize("grow, rows_end", [(3, True), (7, False)])
+def test_growing_the_cache_changes_no_logit(policy, monkeypatch, grow, rows_end):
+    """A cache that starts at the prompt plus `grow` positions and grows as decoding fills it gives every step the
+    logits of a cache that held the whole budget from the start (the empty positions are masked either way), also
+    while finished rows leave the batch and the cache."""
+    model, tokenizer, prompts = policy
+    seen: dict[int, list[torch.Tensor]] = {}
+
+    def keep_logits(module, args, kwargs, output):
+        seen.setdefault(generation.GROW_TOKENS, []).append(output.logits[:, -1].detach().clone())
+
+    def end_sometimes(module, args, kwargs, output):
+        positions = kwargs["position_ids"][:, -1:]
+        output.logits[:, -1:, tokenizer.eos_token_id] += 50.0 * (positions % 9 == 0)
+
+    hooks = [model.register_forward_hook(end_sometimes, with_kwargs=True)] if rows_end else []
+    hooks.append(model.register_forward_hook(keep_logits, with_kwargs=True))
+    monkeypatch.setattr(generation, "COMPACT_AT", 1.0)
+    runs = {}
+    for grow_tokens in (grow, 1000):
+        monkeypatch.setattr(generation, "GROW_TOKENS", grow_tokens)
+        runs[grow_tokens] = generate(model, tokenizer, prompts, max_new_tokens=24, greedy=True, repeat=2)
+    for hook in hooks:
+        hook.remove()
+    grown, whole = seen[grow], seen[1000]
+    assert len(grown) == len(whole) > grow + 1  # decoding went past the first capacity: the cache grew
+    for step, (a, b) in enumerate(zip(grown, whole)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=f"step {step}")
+    assert torch.equal(runs[grow].response_ids, runs[1000].response_ids)
+
+
 @pytest.mark.parametrize("greedy", [True, False])
 def test_dropping_finished_rows_changes_no_greedy_token(policy, monkeypatch, greedy):
     model, tokenizer, prompts = policy

@@ -119,7 +119,7 @@ def generate(
     for start in range(0, len(prompts), per_call):
         ids, mask = left_pad(prompts[start : start + per_call], pad)
         ids, mask = ids.to(device), mask.long().to(device)
-        cache = shared_prompt_cache(model, ids, mask, repeat, ids.shape[1] + max_new_tokens)
+        cache = shared_prompt_cache(model, ids, mask, repeat, ids.shape[1] + min(max_new_tokens, GROW_TOKENS))
         rows_keys = None if keys is None else keys[start * repeat : (start + len(ids)) * repeat].to(device)
         rows = decode(model, tokenizer, ids.repeat_interleave(repeat, dim=0), mask.repeat_interleave(repeat, dim=0),
                       cache, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, greedy=greedy,
@@ -134,6 +134,11 @@ def generate(
 COMPACT_AT = 0.75
 """`decode` drops finished rows from the batch and the cache once at most this share of the rows it last
 kept are still running."""
+GROW_TOKENS = 64
+"""The static cache holds the prompt and this many response positions at first and grows by as many whenever
+decoding reaches its end (`grow_cache`), so each step attends over the filled positions and fewer than this many
+empty ones, not over the whole response budget: at a 448-token budget, attention over the full cache took 40% of
+a decoding step on CPU and 42% of the GPU's time (docs/results/gpu.md)."""
 
 
 def decode(model, tokenizer, ids: Tensor, mask: Tensor, cache, *, max_new_tokens: int, temperature: float,
@@ -161,8 +166,11 @@ def decode(model, tokenizer, ids: Tensor, mask: Tensor, cache, *, max_new_tokens
     ended = [False] * N
     for step in range(max_new_tokens):
         attention[:, P - 1 + step] = 1
-        logits = model(input_ids=token, attention_mask=attention, position_ids=positions, past_key_values=cache,
-                       use_cache=True, logits_to_keep=1).logits[:, -1].float()  # (n, V)
+        capacity = cache_capacity(cache)
+        if P + step > capacity:
+            capacity = grow_cache(cache, min(GROW_TOKENS, P + max_new_tokens - capacity))
+        logits = model(input_ids=token, attention_mask=attention[:, :capacity], position_ids=positions,
+                       past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1].float()  # (n, V)
         u = None if keys is None or greedy else uniforms(keys[live], step)
         token = pick_tokens(logits, temperature=temperature, top_p=top_p, greedy=greedy, u=u)  # (n, 1)
         running = []
@@ -187,6 +195,23 @@ def decode(model, tokenizer, ids: Tensor, mask: Tensor, cache, *, max_new_tokens
     return [(tokens[row], ended[row]) for row in range(N)]
 
 
+def cache_capacity(cache) -> int:
+    """The positions a static cache holds (each layer the same)."""
+    return cache.layers[0].max_cache_len
+
+
+def grow_cache(cache, extra: int) -> int:
+    """Add `extra` empty positions to every layer of a static cache (a layer not yet filled allocates its tensors
+    at the new length); returns the new capacity. The cache's masks follow its layers' `max_cache_len`."""
+    for layer in cache.layers:
+        if getattr(layer, "is_initialized", False):
+            keys, values = layer.keys, layer.values
+            layer.keys = torch.cat([keys, keys.new_zeros(*keys.shape[:2], extra, keys.shape[3])], dim=2)
+            layer.values = torch.cat([values, values.new_zeros(*values.shape[:2], extra, values.shape[3])], dim=2)
+        layer.max_cache_len += extra
+    return cache_capacity(cache)
+
+
 def pick_tokens(logits: Tensor, *, temperature: float, top_p: float, greedy: bool, u: Tensor | None = None) -> Tensor:
     """(n, 1) next tokens: the argmax, or a sample at `temperature` from the top-p nucleus (the smallest set
     of tokens whose probability reaches `top_p`, the most likely token always in it): by inversion with the
@@ -202,8 +227,8 @@ def pick_tokens(logits: Tensor, *, temperature: float, top_p: float, greedy: boo
 
 
 def shared_prompt_cache(model, ids: Tensor, mask: Tensor, repeat: int, max_length: int):
-    """A static KV cache of `max_length` positions holding every prompt but its last token, computed once
-    per prompt and copied to its `repeat` samples.
+    """A static KV cache of `max_length` positions (`decode` grows it as it fills) holding every prompt but its
+    last token, computed once per prompt and copied to its `repeat` samples.
 
     `generate` then feeds only the last prompt token of each sample before sampling. A static cache is
     written in place; transformers' dynamic cache grows by concatenation at every decoding step, which
