@@ -8,8 +8,9 @@ decoding. This benchmark samples the same responses both ways, in one process, t
 - transformers: `model.generate` with `cache_implementation="static"`, `num_return_sequences` = the group;
 
 on the same model, prompts (a config's task stream, rendered with its chat template), group size, number of new
-tokens and sampling (temperature 1, top-p 1, no top-k). No response stops early on either side (no end token: every
-row decodes `max_new_tokens` tokens), so both do the same number of decoding steps over the same rows.
+tokens and sampling (temperature 1, top-p 1, no top-k). No response stops early on either side (credo is given no
+end token; transformers' `min_new_tokens` holds its end tokens back until the last step), so both do the same
+number of decoding steps over the same rows.
 
 It also prints credo's time per decoding step against the model's FLOP bound: the matrix products of one step
 (2 x the linear layers' and the LM head's weights per row, plus the attention's 4 x layers x heads x head_dim x
@@ -120,8 +121,8 @@ def transformers_decode(model, tokenizer, prompts: list[list[int]], shape: Shape
 
     ids, mask = left_pad(prompts, tokenizer.pad_token_id)
     settings = GenerationConfig(do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=shape.new_tokens,
-                                num_return_sequences=shape.group, eos_token_id=None, pad_token_id=tokenizer.pad_token_id,
-                                cache_implementation="static")
+                                min_new_tokens=shape.new_tokens, num_return_sequences=shape.group,
+                                pad_token_id=tokenizer.pad_token_id, cache_implementation="static")
     with torch.no_grad():
         out = model.generate(input_ids=ids, attention_mask=mask.long(), generation_config=settings)
     return (out.shape[1] - ids.shape[1]) * out.shape[0]
