@@ -228,3 +228,19 @@ def test_config_prints_the_resolved_config_a_run_would_record(tmp_path):
         bad = runner.invoke(app, arguments)
         assert bad.exit_code == 2 and bad.stdout == "", bad.output
         assert bad.stderr.startswith("error: ") and message in bad.stderr and bad.stderr.count("\n") == 1, bad.stderr
+
+
+def test_the_summary_table_shows_metrics_only_the_final_evaluation_took(tmp_path, capsys):
+    """`eval.final_samples` above `eval.samples`: the last evaluation has pass@16 and avg@16, the first pass@4."""
+    from credo.cli import console, print_summary
+
+    start = {"greedy_pass@1": 0.1, "pass@4": 0.2, "avg@4": 0.1,
+             "by_difficulty": {"steps=9": {"greedy_pass@1": 0.1, "pass@4": 0.2, "avg@4": 0.1}}}
+    end = {"greedy_pass@1": 0.3, "pass@16": 0.6, "avg@16": 0.25,
+           "by_difficulty": {"steps=9": {"greedy_pass@1": 0.3, "pass@16": 0.6, "avg@16": 0.25}}}
+    summary = {"method": "grpo", "steps": 28, "rollout_tokens": 1_200_000, "wall_s": 700.0,
+               "eval_start": start, "eval_end": end}
+    with console.capture() as captured:
+        print_summary(summary, tmp_path)
+    text = captured.get()
+    assert "0.100 → 0.300" in text and "0.200 → –" in text and "– → 0.600" in text

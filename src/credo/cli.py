@@ -198,12 +198,18 @@ def print_summary(summary: dict, run_dir: Path) -> None:
     table = Table(title=f"{summary['method']}: held-out accuracy, start -> end ({summary['steps']} steps, "
                         f"{summary['rollout_tokens']:,} rollout tokens, {summary['wall_s']:.0f} s)")
     table.add_column("difficulty")
-    metrics = [k for k in start if k != "by_difficulty"]
+    # the final evaluation may take more samples than the others (eval.final_samples): pass@16 only at the end
+    metrics = [k for k in dict.fromkeys([*start, *end]) if k != "by_difficulty"]
     for key in metrics:
         table.add_column(key, justify="right")
-    rows = [(d, start["by_difficulty"][d], end["by_difficulty"][d]) for d in start["by_difficulty"] if d != "all"]
+    buckets = dict.fromkeys([*start["by_difficulty"], *end["by_difficulty"]])
+    rows = [(d, start["by_difficulty"].get(d, {}), end["by_difficulty"].get(d, {})) for d in buckets if d != "all"]
+
+    def value(record: dict, key: str) -> str:
+        return f"{record[key]:.3f}" if key in record else "–"
+
     for name, a, b in rows + [("all", start, end)]:  # a task without buckets has one, "all": shown once
-        table.add_row(name, *(f"{a[k]:.3f} → {b[k]:.3f}" for k in metrics))
+        table.add_row(name, *(f"{value(a, k)} → {value(b, k)}" for k in metrics))
     console.print(table)
     console.print(f"learning curve: {run_dir / 'plots' / 'learning_curve.png'}   summary: {run_dir / 'summary.json'}")
 
