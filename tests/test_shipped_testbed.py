@@ -21,11 +21,13 @@ DEFAULT = TestbedConfig()
 HARD = TestbedConfig(**load_config("configs/testbed/hard/grpo.yaml").model.testbed)
 NO_CANCEL = TestbedConfig(**yaml.safe_load(open("configs/testbed/hard/regime_nocancel.yaml"))["model"]["testbed"])
 LONG = TestbedConfig(**load_config("configs/testbed/long/grpo.yaml").model.testbed)
+LONG_FIRST = LONG.model_copy(update={"model": LONG.model.model_copy(update={"num_layers": 3})})
+"""The long-horizon regime's first shipped design (3 layers), which its first headroom pilot ran on."""
 
 
 def test_the_default_hard_no_cancel_and_long_models_ship_with_every_file_hashed():
     manifest = json.loads((SHIPPED / "manifest.json").read_text())
-    assert set(manifest) == {DEFAULT.digest(), HARD.digest(), NO_CANCEL.digest(), LONG.digest()}
+    assert set(manifest) == {DEFAULT.digest(), HARD.digest(), NO_CANCEL.digest(), LONG.digest(), LONG_FIRST.digest()}
     for digest, files in manifest.items():
         assert {p.name for p in (SHIPPED / digest).iterdir()} == set(files)
         assert "model.safetensors" in files and "tokenizer.json" in files
@@ -40,7 +42,7 @@ def test_the_shipped_names_stay_when_the_task_gains_options():
         assert changed.digest() != HARD.digest()
     sdpa = HARD.model_copy(update={"model": HARD.model.model_copy(update={"attn_implementation": "sdpa"})})
     assert sdpa.digest() != HARD.digest()
-    assert LONG.digest() == "e31d693ea585"
+    assert (LONG.digest(), LONG_FIRST.digest()) == ("f8e08f26144d", "e31d693ea585")
 
 
 def test_a_first_use_copies_the_verified_shipped_model_into_the_cache(tmp_path, monkeypatch):
