@@ -67,17 +67,6 @@ QUICK = Shape("configs/testbed/grpo.yaml", 2, 2, 8)
 """`--quick`: benchmarks/_quick.py's tiny untrained testbed model."""
 
 
-def matmul_rate(n: int = 512, repeats: int = 20) -> float:
-    """FLOP/s of a float32 n x n x n matrix product with the current torch threads (after 3 warm-ups)."""
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    for _ in range(3):
-        a @ b
-    started = time.perf_counter()
-    for _ in range(repeats):
-        a @ b
-    return 2 * n**3 * repeats / (time.perf_counter() - started)
-
-
 def step_flops(model, rows: int, context: float) -> float:
     """The matrix-product FLOPs of one decoding step over `rows` rows at a mean context of `context` tokens."""
     config = model.config
@@ -168,8 +157,9 @@ def main(argv: list[str] | None = None) -> None:
     hf_logging.set_verbosity_error()
     torch.manual_seed(0)
     from _quick import tiny_testbed
+    from _timing import matmul_rate
 
-    rate = matmul_rate()
+    rate = matmul_rate(torch.device("cpu"), torch.float32, 512, 20)
     print(f"float32 matrix products: {rate / 1e9:.1f} GFLOP/s with {torch.get_num_threads()} torch thread(s), "
           f"torch {torch.__version__}", flush=True)
     with tiny_testbed() if args.quick else contextlib.nullcontext() as tiny:

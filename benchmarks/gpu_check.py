@@ -70,6 +70,8 @@ ROOT = Path(__file__).parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(Path(__file__).parent))
 
+from _timing import matmul_rate, seconds
+
 from credo.config import RunConfig, apply_overrides, read_config_file, validate
 from credo.io import write_text_atomic
 
@@ -181,24 +183,6 @@ def smollm2_overrides(model: str, device: str, shape: dict[str, Any]) -> list[st
 
 
 # ------------------------------------------------------------------------------------------- measurements
-def matmul_rate(device: torch.device, dtype: torch.dtype, n: int, repeats: int = 10) -> float:
-    """FLOP/s of an n x n x n matrix product on `device` in `dtype` (mean of `repeats` after 3 warm-ups)."""
-    a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
-    for _ in range(3):
-        a @ b
-    synchronize(device)
-    start = time.perf_counter()
-    for _ in range(repeats):
-        a @ b
-    synchronize(device)
-    return 2 * n**3 * repeats / (time.perf_counter() - start)
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def peak_bf16_flops(device: torch.device) -> float | None:
     """The device's dense bf16 peak from TRL's table (`trl.trainer.utils.get_peak_flops`); None off CUDA."""
     if device.type != "cuda":
@@ -378,18 +362,10 @@ def with_tf32(enabled: bool, work: Callable[[], float]) -> float:
         return work()
 
 
-def seconds(device: torch.device, work: Callable[[], Any]) -> float:
-    synchronize(device)
-    started = time.perf_counter()
-    work()
-    synchronize(device)
-    return time.perf_counter() - started
-
-
-def warm_then_time(device: torch.device, work: Callable[[], Any]) -> float:
+def warm_then_time(work: Callable[[], Any]) -> float:
     """Seconds of `work()`'s second call (the first warms caches and kernels up)."""
     work()
-    return seconds(device, work)
+    return seconds(work)
 
 
 def check_where_time_goes(model: str, problems: Path | None, device: torch.device, shape: dict[str, Any],
@@ -427,16 +403,16 @@ def check_where_time_goes(model: str, problems: Path | None, device: torch.devic
 
         def bf16_copy() -> float:  # what a rollout engine holds (vLLM, verl): the weights in bf16
             copy = deepcopy(trainer.model).to(torch.bfloat16)
-            return warm_then_time(device, lambda: decode(copy))
+            return warm_then_time(lambda: decode(copy))
 
         variants = {  # name: (decoding, update) under the switch; None: not applicable
             "float32 weights, the update under bf16 autocast, no TF32": (
-                lambda: with_tf32(False, lambda: warm_then_time(device, decode)),
-                lambda: with_tf32(False, lambda: warm_then_time(device, update))),
+                lambda: with_tf32(False, lambda: warm_then_time(decode)),
+                lambda: with_tf32(False, lambda: warm_then_time(update))),
             "decoding with a bfloat16 copy of the weights": (lambda: with_tf32(False, bf16_copy), None),
             "TF32 matmuls (float32 products on tensor cores)": (
-                lambda: with_tf32(True, lambda: warm_then_time(device, decode)),
-                lambda: with_tf32(True, lambda: warm_then_time(device, update))),
+                lambda: with_tf32(True, lambda: warm_then_time(decode)),
+                lambda: with_tf32(True, lambda: warm_then_time(update))),
         }
         rows_out = []
         for name, (decoding, updating) in variants.items():
@@ -460,7 +436,7 @@ def check_where_time_goes(model: str, problems: Path | None, device: torch.devic
 
             for name, work in (("decoding", decode), ("update", update)):
                 with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
-                    wall = seconds(device, work)
+                    wall = seconds(work)
                 events = profiler.key_averages()
                 busy = sum(e.self_device_time_total for e in events if e.device_type == DeviceType.CUDA) / 1e6
                 tf32 = "on" if torch.backends.cuda.matmul.allow_tf32 else "off"

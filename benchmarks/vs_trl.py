@@ -68,8 +68,12 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _timing import synchronize
 
 from credo.config import RunConfig, load_config
+from credo.train import uses_autocast
 
 CONFIG = Path(__file__).parents[1] / "configs" / "testbed" / "grpo.yaml"
 
@@ -150,12 +154,6 @@ def credo_overrides(model: str, steps: int, prompts: int, group: int, max_new_to
     ]
 
 
-def uses_bf16_autocast(config: RunConfig) -> bool:
-    """Whether credo's trainer runs `config` under bf16 autocast (`model.autocast_bf16`; unset: on CUDA)."""
-    autocast = config.model.autocast_bf16
-    return config.train.device.startswith("cuda") if autocast is None else autocast
-
-
 def trl_config_kwargs(config: RunConfig, output_dir: str) -> dict[str, Any]:
     """`GRPOConfig` arguments (TRL 1.16) for the job that `config` describes in credo.
 
@@ -173,7 +171,8 @@ def trl_config_kwargs(config: RunConfig, output_dir: str) -> dict[str, Any]:
         raise ValueError("the comparison keeps fp32 master weights (model.dtype = float32)")
     return {
         "output_dir": output_dir,
-        "use_cpu": config.train.device == "cpu", "bf16": uses_bf16_autocast(config), "fp16": False,
+        "use_cpu": config.train.device == "cpu", "fp16": False,
+        "bf16": uses_autocast(config.model.autocast_bf16, torch.device(config.train.device)),
         "gradient_checkpointing": False,
         "seed": config.train.seed, "data_seed": config.train.seed, "shuffle_dataset": False,
         "max_steps": config.train.steps,
@@ -228,12 +227,6 @@ class Probes:
             self.steps[-1][section] += seconds
         else:
             self.outside[section] += 1
-
-
-def synchronize() -> None:
-    """Wait for queued CUDA work, so that a clock read after it counts that work (nothing on CPU)."""
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()
 
 
 _side = threading.local()

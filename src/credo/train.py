@@ -185,9 +185,7 @@ def build_trainer(config: RunConfig, run: RunDirectory) -> Trainer:
         return lr_multiplier(optim.schedule, update, updates, optim.warmup_steps)
 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, multiplier)
-    autocast = config.model.autocast_bf16
-    if autocast is None:
-        autocast = device.type == "cuda" and torch.cuda.is_bf16_supported()
+    autocast = uses_autocast(config.model.autocast_bf16, device)
     tf32 = uses_tf32(config.model.tf32, device, autocast)
     if tf32 is not None:
         torch.backends.cuda.matmul.allow_tf32 = tf32
@@ -197,6 +195,12 @@ def build_trainer(config: RunConfig, run: RunDirectory) -> Trainer:
     on_policy = optim.minibatches * optim.epochs == 1 and not method.reads_entropy
     return Trainer(config, run, method, task, model, tokenizer, optimizer, scheduler, device, autocast, backend,
                    on_policy, keys, reference)
+
+
+def uses_autocast(setting: bool | None, device: torch.device) -> bool:
+    """Whether forward passes run under bf16 autocast (`model.autocast_bf16`): the setting, where unset on CUDA
+    with bf16 support."""
+    return setting if setting is not None else device.type == "cuda" and torch.cuda.is_bf16_supported()
 
 
 def uses_tf32(setting: bool | None, device: torch.device, autocast: bool) -> bool | None:
