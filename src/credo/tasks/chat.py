@@ -139,7 +139,7 @@ def render_chats(tokenizer: Any, conversations: Sequence[Sequence[Mapping[str, s
     if template in SHIPPED_TEMPLATES or not sys.platform.startswith("linux"):
         return [render_in_process(tokenizer, conversation, add_generation_prompt) for conversation in conversations]
     batches = [conversations[i:i + RENDER_BATCH] for i in range(0, len(conversations), RENDER_BATCH)]
-    special = {key: value for key, value in tokenizer.special_tokens_map.items()}
+    special = dict(tokenizer.special_tokens_map)
     outcomes = TEMPLATES.call_many("render", [(template, batch, add_generation_prompt, special) for batch in batches],
                                    RENDER_SECONDS)
     texts: list[str] = []
@@ -147,8 +147,8 @@ def render_chats(tokenizer: Any, conversations: Sequence[Sequence[Mapping[str, s
         if outcome.failed:
             raise ValueError(f"the tokenizer's chat template took more than {RENDER_SECONDS:g} s or "
                              f"{RENDER_MEMORY_MB} MB to render {len(batch)} prompt{'s' * (len(batch) != 1)}; credo "
-                             "stops it there (check the "
-                             "template in the model's tokenizer_config.json or chat_template.jinja)")
+                             "stops it there (check the template in the model's tokenizer_config.json or "
+                             "chat_template.jinja)")
         if outcome.error is not None:
             raise ValueError(f"the tokenizer's chat template failed: {short_repr(outcome.error, 300)}")
         value = outcome.value
