@@ -18,7 +18,8 @@ docs/results/gpu.md) with the device, the versions, every number and the command
    and peak CUDA memory allocated.
 2. **The long-horizon testbed's GRPO** (configs/testbed/long/grpo.yaml, its shipped model) for `--long-steps`
    steps on the GPU: step time, its generation and update parts, and the time to the regime's 1.2M-token budget,
-   to size GPU studies against the CPU's (docs/results/long-horizon).
+   to size GPU studies against the CPU's (docs/results/long-horizon); then (`parallel`) one such run alone and
+   `parallel` of them at once in as many processes: how much a study gains from running its seeds together.
 3. **bf16 vs fp32**: one GRPO update (behaviour pass and loss gradient) of SmolLM2-135M on one rollout batch,
    once in fp32 and once under bf16 autocast: the loss, the gradient norm and the cosine between the two
    gradients, against stated tolerances (`PRECISION_TOLERANCE`).
@@ -41,7 +42,7 @@ its rewards at random (seeded), so that the loss has a gradient.
     python benchmarks/gpu_check.py --quick                        # CPU smoke test in about a minute (the suite)
 
 Last lines: `RESULT credo_over_trl_step_time=...`, `RESULT credo_mfu_update=...`, `RESULT long_step_s=...`,
-`RESULT bf16_grad_cosine=...`.
+`RESULT parallel_long_throughput_ratio=...`, `RESULT bf16_grad_cosine=...`.
 """
 
 from __future__ import annotations
@@ -92,10 +93,12 @@ PEAK_LABELS = {"peak": "the device's dense bf16 peak (TRL's table)",
 """What an MFU is taken against: `peaks` keys."""
 
 SHAPE = {"steps": 4, "prompts": 64, "group": 8, "max_new_tokens": 256, "micro_batch_size": 256, "lr": 2e-6,
-         "long_steps": 5}
+         "long_steps": 5, "parallel": 8}
 QUICK = {"steps": 2, "prompts": 2, "group": 2, "max_new_tokens": 8, "micro_batch_size": 2, "lr": 1e-4,
-         "long_steps": 1}
+         "long_steps": 1, "parallel": 2}
 """`--quick`: the tiny untrained testbed model of benchmarks/_quick.py on CPU, one warm-up and one timed step."""
+SECTIONS = ("trl", "long", "parallel", "precision", "time")
+"""The report's sections, in order (`--only` picks some)."""
 
 
 # ------------------------------------------------------------------------------------------- set-up
@@ -257,11 +260,12 @@ def check_vs_trl(model: str, problems: Path | None, device: torch.device, shape:
             report.result(f"credo_mfu_update_{name}", credo[f"mfu_update_{name}"])
 
 
-def check_long_horizon(device: torch.device, shape: dict[str, Any], quick_model: str | None, report: Report) -> None:
+def long_run(device_type: str, steps: int, quick_model: str | None) -> tuple[RunConfig, list[dict], float]:
+    """One long-horizon GRPO run of `steps` steps (evaluations at its ends only, as small as allowed): its config,
+    its step records and its wall seconds. A top-level function, so that `check_parallel_long`'s processes run it."""
     from credo.train import train
 
-    steps = shape["long_steps"]
-    overrides = [f"train.device={device.type}", f"train.steps={steps}", f"train.eval_every={steps}",
+    overrides = [f"train.device={device_type}", f"train.steps={steps}", f"train.eval_every={steps}",
                  f"train.checkpoint_every={steps}", "train.keep_checkpoints=1", "train.log_samples=0",
                  "eval.max_problems=8", "eval.samples=0", "train.rollout_tokens=null", "train.eval_every_tokens=null"]
     if quick_model is not None:
@@ -273,10 +277,20 @@ def check_long_horizon(device: torch.device, shape: dict[str, Any], quick_model:
         train(config, Path(tmp) / "run", show_progress=False)
         wall = time.perf_counter() - started
         records = [json.loads(line) for line in (Path(tmp) / "run" / "metrics.jsonl").read_text().splitlines()]
-    records = [r for r in records if "eval" not in r]
+    return config, [r for r in records if "eval" not in r], wall
+
+
+def step_medians(records: list[dict]) -> dict[str, float]:
+    """Medians of a run's step times and rollout tokens over the steps after the first (warm-up)."""
     timed = records[1:] if len(records) > 1 else records
-    median = {key: statistics.median(r[key] for r in timed)
-              for key in ("time/step_s", "time/generate_s", "time/update_s", "rollout/tokens")}
+    return {key: statistics.median(r[key] for r in timed)
+            for key in ("time/step_s", "time/generate_s", "time/update_s", "rollout/tokens")}
+
+
+def check_long_horizon(device: torch.device, shape: dict[str, Any], quick_model: str | None, report: Report) -> None:
+    steps = shape["long_steps"]
+    config, records, wall = long_run(device.type, steps, quick_model)
+    median = step_medians(records)
     to_budget = LONG_BUDGET_TOKENS / median["rollout/tokens"] * median["time/step_s"]
     autocast = config.model.autocast_bf16
     report.table(["long-horizon GRPO (median over the steps after the first)", "value"], [
@@ -291,6 +305,32 @@ def check_long_horizon(device: torch.device, shape: dict[str, Any], quick_model:
     report.line("Step times (s): " + " ".join(f"{r['time/step_s']:.2f}" for r in records))
     report.result("long_step_s", median["time/step_s"])
     report.result("long_seconds_to_budget", to_budget)
+
+
+def check_parallel_long(device: torch.device, shape: dict[str, Any], quick_model: str | None, report: Report) -> None:
+    """Long-horizon GRPO runs at once on one device: one alone, then `parallel` in as many processes (each its own
+    CUDA context), their steps' medians and the rollout tokens per second of all of them together."""
+    import multiprocessing
+
+    steps, count = shape["long_steps"], shape["parallel"]
+    context = multiprocessing.get_context("spawn")
+    rows, rates = [], {}
+    for processes in (1, count):
+        started = time.perf_counter()
+        with context.Pool(processes) as pool:
+            runs = pool.starmap(long_run, [(device.type, steps, quick_model)] * processes)
+        wall = time.perf_counter() - started
+        medians = [step_medians(records) for _, records, _ in runs]
+        step_s = statistics.median(m["time/step_s"] for m in medians)
+        rates[processes] = sum(m["rollout/tokens"] / m["time/step_s"] for m in medians)
+        rows.append([str(processes), f"{step_s:.2f}", f"{statistics.median(m['time/generate_s'] for m in medians):.2f}",
+                     f"{statistics.median(m['time/update_s'] for m in medians):.2f}", f"{rates[processes]:,.0f}",
+                     f"{wall:.0f}"])
+    report.table(["runs at once", "step (s), median of the runs", "generation (s)", "update (s)",
+                  "rollout tokens/s, all runs", "wall of the batch of runs (s)"], rows)
+    report.line(f"{count} runs at once produce {rates[count] / rates[1]:.2f}x the rollout tokens per second of one "
+                f"run alone ({steps} steps each, medians over the steps after the first).")
+    report.result("parallel_long_throughput_ratio", rates[count] / rates[1])
 
 
 def check_precision(model: str, problems: Path | None, device: torch.device, shape: dict[str, Any],
@@ -523,7 +563,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, help="the Markdown report (e.g. docs/results/gpu.md)")
     parser.add_argument("--steps", type=int, help="steps per side of the TRL comparison, the first a warm-up")
     parser.add_argument("--long-steps", type=int, help="steps of the long-horizon run")
-    parser.add_argument("--only", choices=("trl", "long", "precision", "time"), action="append",
+    parser.add_argument("--only", choices=SECTIONS, action="append",
                         help="run only these sections (repeatable)")
     parser.add_argument("--pack", type=Path, metavar="DIR", help="write the model shape and problems to DIR; exit")
     parser.add_argument("--quick", action="store_true", help="CPU smoke test on a tiny untrained testbed model")
@@ -549,7 +589,7 @@ def main(argv: list[str] | None = None) -> None:
     device = torch.device(args.device or ("cpu" if args.quick else "cuda"))
     if device.type == "cuda" and not torch.cuda.is_available():
         parser.error("no CUDA device: the GPU checks need one (--quick runs the CPU smoke test)")
-    sections = set(args.only or ("trl", "long", "precision", "time"))
+    sections = set(args.only or SECTIONS)
     report = Report(args.out)
     from _quick import tiny_testbed
 
@@ -569,6 +609,9 @@ def main(argv: list[str] | None = None) -> None:
         if "long" in sections:
             report.section(f"Long-horizon testbed GRPO, {shape['long_steps']} steps",
                            lambda: check_long_horizon(device, shape, model if tiny else None, report))
+        if "parallel" in sections:
+            report.section(f"Long-horizon testbed GRPO, {shape['parallel']} runs at once",
+                           lambda: check_parallel_long(device, shape, model if tiny else None, report))
         if "precision" in sections:
             report.section("bf16 autocast vs fp32, one update",
                            lambda: check_precision(model, problems, device, shape, report))
