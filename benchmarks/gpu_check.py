@@ -311,14 +311,14 @@ def check_parallel_long(device: torch.device, shape: dict[str, Any], quick_model
     """Long-horizon GRPO runs at once on one device: one alone, then `parallel` in as many processes (each its own
     CUDA context), their steps' medians and the rollout tokens per second of all of them together."""
     import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
 
     steps, count = shape["long_steps"], shape["parallel"]
-    context = multiprocessing.get_context("spawn")
     rows, rates = [], {}
     for processes in (1, count):
         started = time.perf_counter()
-        with context.Pool(processes) as pool:
-            runs = pool.starmap(long_run, [(device.type, steps, quick_model)] * processes)
+        with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn")) as pool:
+            runs = list(pool.map(long_run, *zip(*[(device.type, steps, quick_model)] * processes)))
         wall = time.perf_counter() - started
         medians = [step_medians(records) for _, records, _ in runs]
         step_s = statistics.median(m["time/step_s"] for m in medians)
