@@ -194,3 +194,35 @@ def test_worked_sft_examples_are_worked_and_the_long_regime_shows_attempts_as_it
     for prompt, _ in revisions:
         shown = prompt.split("revise? ", 1)[1]
         assert "|" not in shown.split("<|end|>")[0]  # attempts by their values only
+
+
+@pytest.mark.parametrize("method", ["grpo", "rrpo", "vine"])
+def test_every_well_formed_long_response_fits_the_regimes_token_budget(method):
+    """A right answer is never cut off: the longest well-formed response of the long-horizon regime (its longest
+    chains, every thought with the check its SFT may add) fits `rollout.max_new_tokens` and the reset and vine
+    continuations' budgets, and prompt + response fit the model's positions. At a 448-token budget a 12-step
+    response checked at every thought (465-478 tokens) was truncated: greedy decoding, once RL made checking the
+    likelier choice, failed every 12-step problem (the second pilot's greedy pass@1 fell to 0.49 on two seeds)."""
+    from credo.config import load_config
+    from credo.rollout.generate import encode_prompts
+    from credo.tasks.arith import trace
+    from credo.testbed import TestbedConfig, build_tokenizer
+
+    run = load_config(f"configs/testbed/long/{method}.yaml")
+    config = ArithConfig(**run.task)
+    task = ArithTask(config)
+    tokenizer = build_tokenizer()
+    problems = [p for p in task.eval_problems() if len(p.meta["chain"].steps) == max(config.eval_steps)][:50]
+    problems += list(itertools.islice(task.train_problems(0), 50))
+    budgets = [run.rollout.max_new_tokens]
+    if method == "rrpo":
+        budgets.append(run.rollout.resets.thoughts.budget_tokens)
+    if method == "vine":
+        budgets.append(run.rollout.vine.thoughts.budget_tokens)
+    positions = TestbedConfig(**run.model.testbed).model.max_positions
+    for problem in problems:
+        chain = problem.meta["chain"]
+        response = tokenizer(trace(chain, chain.values(), [True] * len(chain.steps)) + "<|end|>")["input_ids"]
+        prompt = encode_prompts(tokenizer, [problem.prompt])[0]
+        assert len(response) <= min(budgets), (len(response), budgets, problem.prompt)
+        assert len(prompt) + len(response) <= positions
