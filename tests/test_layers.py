@@ -14,7 +14,7 @@ import pytest
 SRC = Path(__file__).parents[1] / "src" / "credo"
 
 LAYERS: list[set[str]] = [
-    {"registry", "checks", "io", "extras", "schema", "scan", "passk", "schedules"},  # leaves
+    {"registry", "checks", "io", "extras", "schema", "scan", "passk", "schedules", "hf_compat"},  # leaves
     {"batch", "tasks", "logprobs", "microbatch", "gguf", "trackers"},  # the container, tasks, tensor kernels
     {"credit", "losses", "diagnostics"},  # credit estimators and policy losses (pure torch)
     {"rollout"},  # generation and the samplers, with their options

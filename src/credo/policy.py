@@ -8,6 +8,7 @@ import contextlib
 import torch
 from torch import Tensor
 
+from credo.hf_compat import cache_keyword
 from credo.logprobs import token_logprobs
 
 
@@ -79,13 +80,14 @@ def decoder_states(decoder, prompt_ids: Tensor, prompt_mask: Tensor, response_id
     unique_mask = unique >= 0  # (U, P)
     unique_positions = (unique_mask.long().cumsum(dim=1) - 1).clamp(min=0)
     cache = DynamicCache(config=decoder.config)
+    keyword = cache_keyword(decoder)
     prompt_hidden = decoder(input_ids=unique.clamp(min=0), attention_mask=unique_mask.long(),
-                            position_ids=unique_positions, past_key_values=cache, use_cache=True).last_hidden_state
+                            position_ids=unique_positions, **{keyword: cache}, use_cache=True).last_hidden_state
     for layer in cache.layers:  # (U, heads, P, d) -> (B, heads, P, d)
         layer.keys, layer.values = layer.keys[inverse], layer.values[inverse]
     _, attention, positions = sequence_inputs(prompt_ids, prompt_mask, response_ids, response_mask)
     response_hidden = decoder(input_ids=response_ids, attention_mask=attention, position_ids=positions[:, P:],
-                              past_key_values=cache, use_cache=True).last_hidden_state  # (B, T, H)
+                              **{keyword: cache}, use_cache=True).last_hidden_state  # (B, T, H)
     return torch.cat([prompt_hidden[inverse, -1:], response_hidden[:, :-1]], dim=1)  # (B, T, H)
 
 

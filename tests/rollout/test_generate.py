@@ -165,3 +165,20 @@ def test_cut_response_ends_at_the_first_end_token(policy):
     assert cut_response(body + [pad, pad], [eos, turn], pad, tokenizer, []) == (body, False)
     assert cut_response(body + [turn], [eos, turn], pad, tokenizer, ["=1"]) == (body[:4], True)  # the earlier
     assert cut_response(body[:2] + [turn] + body[2:], [eos, turn], pad, tokenizer, ["=1"]) == (body[:2] + [turn], True)
+
+
+def test_decoding_and_the_update_pass_the_kv_cache_by_the_installed_transformers_name(policy):
+    """No deprecation warning per decoding step: the cache goes in under the keyword the installed transformers
+    takes (`credo.hf_compat.cache_keyword`; transformers 5.x warns on `past_key_values` at every call)."""
+    import warnings
+
+    from credo.hf_compat import cache_keyword
+    from credo.policy import policy_logprobs
+
+    model, tokenizer, prompts = policy
+    assert cache_keyword(model) in ("cache", "past_key_values")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        out = generate(model, tokenizer, prompts * 2, max_new_tokens=6, repeat=2)
+        policy_logprobs(model, out.prompt_ids, out.prompt_mask, out.response_ids, out.response_mask, temperature=1.0,
+                        chunk_tokens=1024)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from credo.hf_compat import cache_keyword
 from credo.rollout.crn import CommonRandomNumbers, sample_by_inversion, uniforms
 
 
@@ -154,6 +155,7 @@ def decode(model, tokenizer, ids: Tensor, mask: Tensor, cache, *, max_new_tokens
     (`COMPACT_AT`), so the late steps of a batch with a few long responses run on those rows only.
     """
     ends = frozenset(end_ids)
+    keyword = cache_keyword(model)
     N, P = ids.shape
     attention = torch.zeros(N, P + max_new_tokens, dtype=torch.long, device=ids.device)  # (N, L): the cache's length
     attention[:, :P] = mask
@@ -170,7 +172,7 @@ def decode(model, tokenizer, ids: Tensor, mask: Tensor, cache, *, max_new_tokens
         if P + step > capacity:
             capacity = grow_cache(cache, min(GROW_TOKENS, P + max_new_tokens - capacity))
         logits = model(input_ids=token, attention_mask=attention[:, :capacity], position_ids=positions,
-                       past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1].float()  # (n, V)
+                       **{keyword: cache}, use_cache=True, logits_to_keep=1).logits[:, -1].float()  # (n, V)
         u = None if keys is None or greedy else uniforms(keys[live], step)
         token = pick_tokens(logits, temperature=temperature, top_p=top_p, greedy=greedy, u=u)  # (n, 1)
         running = []
@@ -242,7 +244,7 @@ def shared_prompt_cache(model, ids: Tensor, mask: Tensor, repeat: int, max_lengt
         prefill = DynamicCache(config=model.config)
         positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
         model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=positions[:, :-1],
-              past_key_values=prefill, use_cache=True)
+              **{cache_keyword(model): prefill}, use_cache=True)
         where = torch.arange(ids.shape[1] - 1, device=ids.device)
         for index, layer in enumerate(prefill.layers):
             cache.update(layer.keys.repeat_interleave(repeat, dim=0), layer.values.repeat_interleave(repeat, dim=0),
