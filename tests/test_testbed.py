@@ -206,7 +206,7 @@ def test_every_well_formed_long_response_fits_the_regimes_token_budget(method):
     from credo.config import load_config
     from credo.rollout.generate import encode_prompts
     from credo.tasks.arith import trace
-    from credo.testbed import TestbedConfig, build_tokenizer
+    from credo.testbed import END, TestbedConfig, build_tokenizer
 
     run = load_config(f"configs/testbed/long/{method}.yaml")
     config = ArithConfig(**run.task)
@@ -214,15 +214,12 @@ def test_every_well_formed_long_response_fits_the_regimes_token_budget(method):
     tokenizer = build_tokenizer()
     problems = [p for p in task.eval_problems() if len(p.meta["chain"].steps) == max(config.eval_steps)][:50]
     problems += list(itertools.islice(task.train_problems(0), 50))
-    budgets = [run.rollout.max_new_tokens]
-    if method == "rrpo":
-        budgets.append(run.rollout.resets.thoughts.budget_tokens)
-    if method == "vine":
-        budgets.append(run.rollout.vine.thoughts.budget_tokens)
+    budget = min(run.rollout.max_new_tokens, run.rollout.resets.thoughts.budget_tokens,
+                 run.rollout.vine.thoughts.budget_tokens)
     positions = TestbedConfig(**run.model.testbed).model.max_positions
     for problem in problems:
         chain = problem.meta["chain"]
-        response = tokenizer(trace(chain, chain.values(), [True] * len(chain.steps)) + "<|end|>")["input_ids"]
+        response = tokenizer(trace(chain, chain.values(), [True] * len(chain.steps)) + END)["input_ids"]
         prompt = encode_prompts(tokenizer, [problem.prompt])[0]
-        assert len(response) <= min(budgets), (len(response), budgets, problem.prompt)
+        assert len(response) <= budget, (len(response), budget, problem.prompt)
         assert len(prompt) + len(response) <= positions
