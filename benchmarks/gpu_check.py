@@ -426,10 +426,10 @@ def check_where_time_goes(model: str, problems: Path | None, device: torch.devic
         prompts = encode_prompts(trainer.tokenizer, [p.prompt for p in stream.take(shape["prompts"])])
         group = shape["group"]
 
-        def decode(model=trainer.model) -> None:
+        def decode(model=trainer.model, cuda_graphs: bool = False, greedy: bool = False):
             with torch.no_grad():
-                generate(model, trainer.tokenizer, prompts, max_new_tokens=decode_tokens, repeat=group,
-                         batch_size=len(prompts) * group)
+                return generate(model, trainer.tokenizer, prompts, max_new_tokens=decode_tokens, repeat=group,
+                                batch_size=len(prompts) * group, cuda_graphs=cuda_graphs, greedy=greedy)
 
         rollout = sample_rollout(trainer, stream)
         batch, _ = behaviour_batch(trainer, rollout)
@@ -453,6 +453,8 @@ def check_where_time_goes(model: str, problems: Path | None, device: torch.devic
             "TF32 matmuls (float32 products on tensor cores)": (
                 lambda: with_tf32(True, lambda: warm_then_time(decode)),
                 lambda: with_tf32(True, lambda: warm_then_time(update))),
+            "TF32, decoding steps replayed from CUDA graphs (`rollout.cuda_graphs`, credo's default)": (
+                lambda: with_tf32(True, lambda: warm_then_time(lambda: decode(cuda_graphs=True))), None),
         }
         rows_out = []
         for name, (decoding, updating) in variants.items():
@@ -470,11 +472,16 @@ def check_where_time_goes(model: str, problems: Path | None, device: torch.devic
             trainer.optimizer.zero_grad(set_to_none=True)
         report.table(["switch", f"decoding: generated tokens/s ({len(prompts) * group} rows x {decode_tokens})",
                       "ms per decoding step", f"update of {rows} rows (s)"], rows_out)
+        graphed, eager = (decode(cuda_graphs=graphs, greedy=True) for graphs in (True, False))
+        same = (graphed.response_ids == eager.response_ids).all(dim=1).float().mean().item()
+        report.line(f"Greedy decoding with and without CUDA graphs: {same:.1%} of {graphed.response_ids.shape[0]} "
+                    f"rows token for token the same.")
+        report.result("cuda_graph_greedy_rows_equal", same)
         if device.type == "cuda":
             from torch.autograd import DeviceType
             from torch.profiler import ProfilerActivity, profile
 
-            for name, work in (("decoding", decode), ("update", update)):
+            for name, work in (("decoding", lambda: decode(cuda_graphs=True)), ("update", update)):
                 with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
                     wall = seconds(work)
                 events = profiler.key_averages()
@@ -564,7 +571,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, help="steps per side of the TRL comparison, the first a warm-up")
     parser.add_argument("--long-steps", type=int, help="steps of the long-horizon run")
     parser.add_argument("--only", choices=SECTIONS, action="append",
-                        help="run only these sections (repeatable)")
+                        help="run only these sections, in the order given (repeatable)")
     parser.add_argument("--pack", type=Path, metavar="DIR", help="write the model shape and problems to DIR; exit")
     parser.add_argument("--quick", action="store_true", help="CPU smoke test on a tiny untrained testbed model")
     parser.add_argument("--shape", nargs="*", default=[], metavar="KEY=VALUE",
@@ -589,7 +596,7 @@ def main(argv: list[str] | None = None) -> None:
     device = torch.device(args.device or ("cpu" if args.quick else "cuda"))
     if device.type == "cuda" and not torch.cuda.is_available():
         parser.error("no CUDA device: the GPU checks need one (--quick runs the CPU smoke test)")
-    sections = set(args.only or SECTIONS)
+    sections = list(dict.fromkeys(args.only or SECTIONS))  # in the order given
     report = Report(args.out)
     from _quick import tiny_testbed
 
@@ -602,22 +609,21 @@ def main(argv: list[str] | None = None) -> None:
         report.line(f"`python benchmarks/{Path(__file__).name} {' '.join(argv if argv is not None else sys.argv[1:])}`"
                     f", {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Weights: {weights}.\n")
         report.table(["", ""], environment(device, peaks))
-        if "trl" in sections:
-            report.section(f"credo vs TRL: GRPO, {shape['prompts']} prompts x {shape['group']}, "
-                           f"{shape['max_new_tokens']} new tokens",
-                           lambda: check_vs_trl(model, problems, device, shape, peaks, report))
-        if "long" in sections:
-            report.section(f"Long-horizon testbed GRPO, {shape['long_steps']} steps",
-                           lambda: check_long_horizon(device, shape, model if tiny else None, report))
-        if "parallel" in sections:
-            report.section(f"Long-horizon testbed GRPO, {shape['parallel']} runs at once",
-                           lambda: check_parallel_long(device, shape, model if tiny else None, report))
-        if "precision" in sections:
-            report.section("bf16 autocast vs fp32, one update",
-                           lambda: check_precision(model, problems, device, shape, report))
-        if "time" in sections:
-            report.section("Where credo's time goes on the SmolLM2 job",
-                           lambda: check_where_time_goes(model, problems, device, shape, report))
+        runs = {
+            "trl": (f"credo vs TRL: GRPO, {shape['prompts']} prompts x {shape['group']}, "
+                    f"{shape['max_new_tokens']} new tokens",
+                    lambda: check_vs_trl(model, problems, device, shape, peaks, report)),
+            "long": (f"Long-horizon testbed GRPO, {shape['long_steps']} steps",
+                     lambda: check_long_horizon(device, shape, model if tiny else None, report)),
+            "parallel": (f"Long-horizon testbed GRPO, {shape['parallel']} runs at once",
+                         lambda: check_parallel_long(device, shape, model if tiny else None, report)),
+            "precision": ("bf16 autocast vs fp32, one update",
+                          lambda: check_precision(model, problems, device, shape, report)),
+            "time": ("Where credo's time goes on the SmolLM2 job",
+                     lambda: check_where_time_goes(model, problems, device, shape, report)),
+        }
+        for name in sections:
+            report.section(*runs[name])
     report.flush()
     for line in report.results:
         print(line)

@@ -93,7 +93,7 @@ def make_backend(rollout: RolloutConfig, model, tokenizer, model_config: ModelCo
         return VllmBackend(model, tokenizer, resolve_model_path(model_config), rollout.vllm, stop=rollout.stop,
                            seed=seed)
     return TransformersBackend(model, tokenizer, batch_size=rollout.generation_batch_size, stop=rollout.stop,
-                               common_random_numbers=common_random_numbers)
+                               common_random_numbers=common_random_numbers, cuda_graphs=rollout.cuda_graphs)
 
 
 def export_model(model, tokenizer, directory: Path) -> None:

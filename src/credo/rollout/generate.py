@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 
 from credo.hf_compat import cache_keyword
+from credo.rollout.decode_step import DecodeStep
 from credo.rollout.crn import CommonRandomNumbers, sample_by_inversion, uniforms
 
 
@@ -100,6 +101,7 @@ def generate(
     repeat: int = 1,
     end_ids: Collection[int] | None = None,
     keys: Tensor | None = None,
+    cuda_graphs: bool = True,
 ) -> Completions:
     """Sample `repeat` responses per prompt (rows in prompt order: prompt 0's samples first).
 
@@ -110,6 +112,7 @@ def generate(
     after the first end token it samples (kept: the model learns to stop), one of `end_ids` (default
     `end_token_ids(model, tokenizer)`: the tokenizer's end token and the end-of-turn ids the model's generation
     config declares), or at the end of a stop string (kept), or is cut at `max_new_tokens` (`truncated`).
+    On a GPU each decoding step replays a CUDA graph unless `cuda_graphs` is off (`credo.rollout.decode_step`).
     """
     device = next(model.parameters()).device
     pad = tokenizer.pad_token_id
@@ -124,7 +127,7 @@ def generate(
         rows_keys = None if keys is None else keys[start * repeat : (start + len(ids)) * repeat].to(device)
         rows = decode(model, tokenizer, ids.repeat_interleave(repeat, dim=0), mask.repeat_interleave(repeat, dim=0),
                       cache, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, greedy=greedy,
-                      stop=list(stop or []), end_ids=ends, keys=rows_keys)
+                      stop=list(stop or []), end_ids=ends, keys=rows_keys, cuda_graphs=cuda_graphs)
         for response, done in rows:
             responses.append(response)
             truncated.append(not done)
@@ -144,7 +147,7 @@ a decoding step on CPU and 42% of the GPU's time (docs/results/gpu.md)."""
 
 def decode(model, tokenizer, ids: Tensor, mask: Tensor, cache, *, max_new_tokens: int, temperature: float,
            top_p: float, greedy: bool, stop: list[str], end_ids: Collection[int],
-           keys: Tensor | None = None) -> list[tuple[list[int], bool]]:
+           keys: Tensor | None = None, cuda_graphs: bool = True) -> list[tuple[list[int], bool]]:
     """Sample up to `max_new_tokens` after left-padded prompts `ids` (N, P) whose all-but-last tokens are in
     the static `cache`; returns each row's response tokens and whether it ended (one of `end_ids`, or a stop
     string). With `keys` (N,), row r's token t is drawn with the uniform `crn.uniforms(keys[r], t)`.
@@ -152,10 +155,11 @@ def decode(model, tokenizer, ids: Tensor, mask: Tensor, cache, *, max_new_tokens
     A plain loop of forward passes over the cache, one token per step, rather than transformers' `generate`:
     its per-step set-up (logits processors, stopping criteria, input preparation) cost as much as a small
     model's forward pass (benchmarks/vs_trl.py). Rows that have finished leave the batch and the cache
-    (`COMPACT_AT`), so the late steps of a batch with a few long responses run on those rows only.
+    (`COMPACT_AT`), so the late steps of a batch with a few long responses run on those rows only. Each step's
+    forward pass is a `credo.rollout.decode_step.DecodeStep`: on a GPU, a replayed CUDA graph (`cuda_graphs`).
     """
     ends = frozenset(end_ids)
-    keyword = cache_keyword(model)
+    forward = DecodeStep(model, cache, graphs=cuda_graphs)
     N, P = ids.shape
     attention = torch.zeros(N, P + max_new_tokens, dtype=torch.long, device=ids.device)  # (N, L): the cache's length
     attention[:, :P] = mask
@@ -171,8 +175,7 @@ def decode(model, tokenizer, ids: Tensor, mask: Tensor, cache, *, max_new_tokens
         capacity = cache_capacity(cache)
         if P + step > capacity:
             capacity = grow_cache(cache, min(GROW_TOKENS, P + max_new_tokens - capacity))
-        logits = model(input_ids=token, attention_mask=attention[:, :capacity], position_ids=positions,
-                       **{keyword: cache}, use_cache=True, logits_to_keep=1).logits[:, -1].float()  # (n, V)
+        logits = forward(token, attention[:, :capacity], positions)  # (n, V)
         u = None if keys is None or greedy else uniforms(keys[live], step)
         token = pick_tokens(logits, temperature=temperature, top_p=top_p, greedy=greedy, u=u)  # (n, 1)
         running = []
@@ -275,15 +278,16 @@ class TransformersBackend:
     """The generation backend the samplers call: a transformers model and its tokenizer.
 
     Samplers only need `tokenizer` and `generate(prompts, ...)`, so a scripted policy (tests) or another
-    engine (`credo.rollout.vllm_backend.VllmBackend`) can stand in for it. The model samples in eval mode
+    engine (`credo.rollout.vllm_backend.VllmBackend`) can stand in for it. On a GPU its decoding steps replay
+    CUDA graphs unless `cuda_graphs` is off (`rollout.cuda_graphs`). The model samples in eval mode
     (no dropout) and is put back in the mode it was in. Responses end at every end token `end_token_ids`
     finds (read at each call: the tokenizer's and the model's declared end-of-turn ids).
     """
 
     def __init__(self, model, tokenizer, *, batch_size: int = 256, stop: list[str] | None = None,
-                 common_random_numbers: CommonRandomNumbers | None = None) -> None:
+                 common_random_numbers: CommonRandomNumbers | None = None, cuda_graphs: bool = True) -> None:
         self.model, self.tokenizer, self.batch_size, self.stop = model, tokenizer, batch_size, stop
-        self.common_random_numbers = common_random_numbers
+        self.common_random_numbers, self.cuda_graphs = common_random_numbers, cuda_graphs
 
     def generate(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 1.0,
                  top_p: float = 1.0, greedy: bool = False, repeat: int = 1) -> Completions:
@@ -295,6 +299,7 @@ class TransformersBackend:
             return generate(
                 self.model, self.tokenizer, prompts, max_new_tokens=max_new_tokens, temperature=temperature,
                 top_p=top_p, greedy=greedy, stop=self.stop, batch_size=self.batch_size, repeat=repeat, keys=keys,
+                cuda_graphs=self.cuda_graphs,
             )
         finally:
             self.model.train(was_training)
