@@ -9,8 +9,8 @@ import torch
 from torch import Tensor
 
 from credo.hf_compat import cache_keyword
-from credo.rollout.decode_step import DecodeStep
 from credo.rollout.crn import CommonRandomNumbers, sample_by_inversion, uniforms
+from credo.rollout.decode_step import DecodeStep
 
 
 @dataclass
