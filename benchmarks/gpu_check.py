@@ -610,8 +610,8 @@ def main(argv: list[str] | None = None) -> None:
                     f", {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Weights: {weights}.\n")
         report.table(["", ""], environment(device, peaks))
         runs = {
-            "trl": (f"credo vs TRL: GRPO, {shape['prompts']} prompts x {shape['group']}, {shape['max_new_tokens']} "
-                    "new tokens",
+            "trl": (f"credo vs TRL: GRPO, {shape['prompts']} prompts x {shape['group']}, "
+                    + f"{shape['max_new_tokens']} new tokens",
                     lambda: check_vs_trl(model, problems, device, shape, peaks, report)),
             "long": (f"Long-horizon testbed GRPO, {shape['long_steps']} steps",
                      lambda: check_long_horizon(device, shape, model if tiny else None, report)),

@@ -14,7 +14,7 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs nee
 
 
 def test_a_cpu_model_decodes_without_graphs(policy):
-    model, tokenizer, prompts = policy
+    model, _, prompts = policy
     ids = torch.tensor([prompts[1]])
     cache = shared_prompt_cache(model, ids, torch.ones_like(ids), 1, ids.shape[1] + 8)
     step = DecodeStep(model, cache, graphs=True)
