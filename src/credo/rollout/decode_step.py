@@ -12,23 +12,22 @@ the cache's capacity, and recorded again when `credo.rollout.generate.decode` dr
 cache (a few times per batch); before each replay the step's token and positions are copied into the graph's
 input buffers, and the attention mask is written in place by `decode`. Recording runs the step once on a side
 stream (lazy allocations and library handles happen outside the capture) and puts back the cache's filled length,
-which that run advanced, so the replay that follows performs the step itself.
+which that run advanced, so the replay that follows performs the step itself. Each graph has its own memory pool,
+released with it when the next one is recorded.
 
 Graphs need the forward pass to run without a host synchronisation: transformers' static cache must keep its
 filled length on the device (`StaticLayer.cumulative_length`, transformers 5.x); where it does not, or on CPU,
-or with `graphs=False` (`rollout.cuda_graphs`), every step runs the forward pass directly.
+or with `graphs=False` (`rollout.cuda_graphs`), every step runs the forward pass directly. A recording that fails
+stops decoding with an error naming that switch: a failed capture leaves CUDA's state (its random generator's
+capture flag, the allocator's pools) unusable for the rest of the process, so there is no silent fallback.
 """
 
 from __future__ import annotations
-
-import logging
 
 import torch
 from torch import Tensor
 
 from credo.hf_compat import cache_keyword
-
-log = logging.getLogger(__name__)
 
 
 class DecodeStep:
@@ -42,7 +41,6 @@ class DecodeStep:
         self.recorded_for: tuple | None = None
         self.inputs: tuple[Tensor, Tensor, Tensor] | None = None
         self.logits: Tensor | None = None
-        self.pool = torch.cuda.graph_pool_handle() if self.graphs else None
 
     def forward(self, token: Tensor, attention: Tensor, positions: Tensor) -> Tensor:
         return self.model(input_ids=token, attention_mask=attention, position_ids=positions,
@@ -55,10 +53,9 @@ class DecodeStep:
         if shape != self.recorded_for:
             try:
                 self.record(token, attention, positions)
-            except RuntimeError as error:  # a model whose forward synchronises with the host: decode without graphs
-                log.warning("decoding without CUDA graphs: recording one failed (%s)", error)
-                self.graphs, self.graph = False, None
-                return self.forward(token, attention, positions)
+            except RuntimeError as error:  # a failed capture leaves CUDA's state unusable: no fallback in-process
+                raise RuntimeError(f"recording a CUDA graph of a decoding step failed ({error}); decode without "
+                                   f"graphs: rollout.cuda_graphs=false") from error
             self.recorded_for = shape
         graph_token, _, graph_positions = self.inputs
         graph_token.copy_(token)
@@ -68,7 +65,7 @@ class DecodeStep:
 
     def record(self, token: Tensor, attention: Tensor, positions: Tensor) -> None:
         """Record the step for these rows, mask and cache; the cache's filled length is left as it was."""
-        self.graph = self.logits = None  # the old graph's memory goes back to the pool first
+        self.graph = self.logits = None  # the old graph and its memory pool go first
         self.inputs = (token.clone(), attention, positions.clone())
         filled = [layer.cumulative_length.clone() for layer in self.cache.layers]
         side = torch.cuda.Stream()
@@ -77,7 +74,7 @@ class DecodeStep:
             self.forward(*self.inputs)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
+        with torch.cuda.graph(graph):
             logits = self.forward(*self.inputs)
         for layer, length in zip(self.cache.layers, filled):
             layer.cumulative_length.copy_(length)

@@ -154,8 +154,10 @@ class RolloutConfig(Section):
     generation_batch_size: int = Field(256, ge=1)
     """Rows generated together (memory bound)."""
     cuda_graphs: bool = True
-    """On a GPU, replay each decoding step from a CUDA graph (`credo.rollout.decode_step`): decoding a small model
-    is bound by kernel launches there. Off: a forward pass per step. Transformers backend; ignored on CPU."""
+    """On a GPU, replay each decoding step from a CUDA graph; ignored on CPU.
+
+    Decoding a small model on a GPU is bound by kernel launches; a graph replays a step's kernels with one launch
+    (`credo.rollout.decode_step`). Off: a forward pass per step. Transformers backend."""
     dynamic_sampling: bool = False
     """DAPO: drop groups whose rewards are all equal and refill with new prompts."""
     max_refills: int = Field(3, ge=0)
