@@ -277,8 +277,9 @@ def cut_response(row: list[int], eos: int | Collection[int], pad: int, tokenizer
 class TransformersBackend:
     """The generation backend the samplers call: a transformers model and its tokenizer.
 
-    Samplers only need `tokenizer` and `generate(prompts, ...)`, so a scripted policy (tests) or another
-    engine (`credo.rollout.vllm_backend.VllmBackend`) can stand in for it. On a GPU its decoding steps replay
+    It implements `credo.rollout.backend.TrainingBackend`; samplers call only its `GenerationBackend` part
+    (`tokenizer`, `generate`), so a scripted policy (tests) or another engine
+    (`credo.rollout.vllm_backend.VllmBackend`) can stand in for it. On a GPU its decoding steps replay
     CUDA graphs unless `cuda_graphs` is off (`rollout.cuda_graphs`). The model samples in eval mode
     (no dropout) and is put back in the mode it was in. Responses end at every end token `end_token_ids`
     finds (read at each call: the tokenizer's and the model's declared end-of-turn ids).

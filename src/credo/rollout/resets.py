@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import torch
 
 from credo.passk import pass_at_k
+from credo.rollout.backend import GenerationBackend
 from credo.rollout.generate import encode_prompts
 from credo.rollout.groups import ProblemStream, Rollout
 from credo.rollout.localise import localisation_prompt, parse_step
@@ -42,7 +43,7 @@ class Seed:
     continuations: list[Row] = field(default_factory=list)
 
 
-def sample_resets(backend, task: Task, stream: ProblemStream, config, localiser: str) -> Rollout:
+def sample_resets(backend: GenerationBackend, task: Task, stream: ProblemStream, config, localiser: str) -> Rollout:
     """`config.prompts_per_step` prompts' reset groups as one rollout (see the module docstring)."""
     resets: ResetConfig = config.resets
     split = SPLITS[resets.split]
@@ -68,7 +69,7 @@ def sample_resets(backend, task: Task, stream: ProblemStream, config, localiser:
     return rollout
 
 
-def draw_rounds(backend, task, problems, prompts, config, resets, split, cost) -> list[list[Row]]:
+def draw_rounds(backend: GenerationBackend, task, problems, prompts, config, resets, split, cost) -> list[list[Row]]:
     """Fresh draws per prompt, in batched rounds, until every prompt's plan is complete."""
     draws: list[list[Row]] = [[] for _ in problems]
     while True:
@@ -85,7 +86,7 @@ def draw_rounds(backend, task, problems, prompts, config, resets, split, cost) -
                 draws[chosen[slot // count]].append(row)
 
 
-def localise(backend, task, seeds: list[Seed], config, localiser: str, cost) -> None:
+def localise(backend: GenerationBackend, task, seeds: list[Seed], config, localiser: str, cost) -> None:
     """Set each seed's `k` (and `oracle_k` where the task checks steps). The random and noisy-oracle localisers
     draw from Python's global RNG, which the trainer seeds and checkpoints."""
     resets: ResetConfig = config.resets
@@ -106,7 +107,7 @@ def localise(backend, task, seeds: list[Seed], config, localiser: str, cost) -> 
         localise_by_asking(backend, seeds, resets, cost)
 
 
-def localise_by_values(backend, task, seeds: list[Seed], config, cost) -> None:
+def localise_by_values(backend: GenerationBackend, task, seeds: list[Seed], config, cost) -> None:
     """The `sampled` localiser: Monte-Carlo values (`credo.rollout.values`) of the states before each of a seed's
     thoughts, from `localiser_samples` continuations each; the seed's first wrong thought is the first whose
     value falls below `localiser_threshold` (if set and reached), else the one after which it falls the most
@@ -122,7 +123,7 @@ def localise_by_values(backend, task, seeds: list[Seed], config, cost) -> None:
         seed.k, seed.how = (below, "threshold") if below is not None else (largest_drop(estimates, final), "drop")
 
 
-def localise_by_asking(backend, seeds: list[Seed], resets: ResetConfig, cost) -> None:
+def localise_by_asking(backend: GenerationBackend, seeds: list[Seed], resets: ResetConfig, cost) -> None:
     """The `self` localiser: the policy is asked for each seed's first wrong thought (`credo.rollout.localise`)."""
     tokenizer = backend.tokenizer
     texts = []
@@ -160,7 +161,7 @@ def noisy_oracle(first_wrong: int, thoughts: int, accuracy: float, earlier: floa
     return rng.randint(1, first_wrong - 1) if go_earlier else rng.randint(first_wrong + 1, thoughts)
 
 
-def continue_seeds(backend, task, seeds: list[Seed], config, split, cost) -> None:
+def continue_seeds(backend: GenerationBackend, task, seeds: list[Seed], config, split, cost) -> None:
     """Sample every seed's continuations from `prompt + prefix`, batched (shared prefix caches), each within what
     its response's token budget leaves after the prefix (`credo.rollout.rows.continue_rows`)."""
     c = split.continuations

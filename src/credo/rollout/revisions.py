@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from credo.credit.revisions import closest_revision, edit_mask
+from credo.rollout.backend import GenerationBackend
 from credo.rollout.generate import Completions, encode_prompts
 from credo.rollout.groups import ProblemStream, Rollout, sample_groups
 from credo.rollout.options import RevisionConfig, RolloutConfig
@@ -40,7 +41,7 @@ class Revision:
     """Its verification failed in the sandbox (see `Verdict.sandbox_failed`)."""
 
 
-def sample_revisions(backend, task: Task, stream: ProblemStream, config: RolloutConfig,
+def sample_revisions(backend: GenerationBackend, task: Task, stream: ProblemStream, config: RolloutConfig,
                      rng: random.Random | None = None) -> Rollout:
     """`prompts_per_step` groups with IBPO's revision success and edited-token masks (module docstring)."""
     rollout = sample_groups(backend, task, stream, config)
@@ -84,7 +85,7 @@ def revision_requests(group_id: list[int], correct: list[bool], references: int,
     return requests
 
 
-def revise(backend, task: Task, rollout: Rollout, requests: list[tuple[int, int]],
+def revise(backend: GenerationBackend, task: Task, rollout: Rollout, requests: list[tuple[int, int]],
            config: RolloutConfig) -> tuple[list[Revision], int]:
     """Generate and verify one revision per request, in one batch; also the verifier errors scored 0."""
     if not requests:

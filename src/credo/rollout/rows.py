@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from credo.rollout.backend import GenerationBackend
 from credo.rollout.generate import Completions
 from credo.rollout.groups import Rollout
 from credo.rollout.thoughts import Episode, ThoughtRules, episode, token_pieces
@@ -67,7 +68,7 @@ BUDGET_BUCKETS = 8
 """`continue_rows` makes at most this many generation calls, one per band of remaining token budget."""
 
 
-def continue_rows(backend, task, starts: Sequence[tuple[Row, list[int]]], repeat: int, options,
+def continue_rows(backend: GenerationBackend, task, starts: Sequence[tuple[Row, list[int]]], repeat: int, options,
                   rules: ThoughtRules) -> list[Row]:
     """`repeat` continuations of each `(row, prefix)` start, sampled from `row.prompt + prefix` (the prefix's KV
     cache computed once and shared by its continuations), verified as whole responses; in order, start 0's first.
@@ -93,7 +94,7 @@ def continue_rows(backend, task, starts: Sequence[tuple[Row, list[int]]], repeat
     return [r for rows in out for r in rows]
 
 
-def per_token(values: Sequence[Sequence[float | int]], width: int, fill: float | int, dtype: torch.dtype) -> Tensor:
+def per_token(values: Sequence[Sequence[float | int]], width: int, fill: float, dtype: torch.dtype) -> Tensor:
     """(N, width) tensor of each row's per-token `values`, left-aligned, `fill` after them."""
     table = torch.full((len(values), width), fill, dtype=dtype)
     for n, row in enumerate(values):

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from credo.registry import Registry
+from credo.rollout.backend import GenerationBackend
 from credo.rollout.groups import ProblemStream, Rollout, sample_groups
 from credo.rollout.options import LOCALISERS, RolloutConfig
 from credo.rollout.reset_plan import SPLITS
@@ -49,7 +50,7 @@ class Sampler:
     dapo_options: ClassVar[bool] = True
     """It draws its groups with the group sampler, so DAPO's `dynamic_sampling` and `overlong_buffer` apply."""
 
-    def sample(self, backend, task: Task, stream: ProblemStream, options: RolloutConfig) -> Rollout:
+    def sample(self, backend: GenerationBackend, task: Task, stream: ProblemStream, options: RolloutConfig) -> Rollout:
         """One rollout batch of `options.prompts_per_step` prompts."""
         raise NotImplementedError
 
@@ -76,7 +77,7 @@ class GroupSampler(Sampler):
     name: ClassVar[str] = "groups"
     draws: ClassVar[str] = "i.i.d. groups of responses per prompt"
 
-    def sample(self, backend, task: Task, stream: ProblemStream, options: RolloutConfig) -> Rollout:
+    def sample(self, backend: GenerationBackend, task: Task, stream: ProblemStream, options: RolloutConfig) -> Rollout:
         return sample_groups(backend, task, stream, options)
 
 
@@ -101,7 +102,7 @@ class ResetSampler(Sampler):
         """The localiser a run uses: `rollout.resets.localiser`, else the method's own."""
         return options.resets.localiser or self.localiser
 
-    def sample(self, backend, task: Task, stream: ProblemStream, options: RolloutConfig) -> Rollout:
+    def sample(self, backend: GenerationBackend, task: Task, stream: ProblemStream, options: RolloutConfig) -> Rollout:
         return sample_resets(backend, task, stream, options, self.localiser_for(options))
 
     def check(self, options: RolloutConfig, checks_steps: bool) -> None:
@@ -130,7 +131,7 @@ class RevisionSampler(Sampler):
     iid: ClassVar[bool] = False
     section: ClassVar[str | None] = "revisions"
 
-    def sample(self, backend, task: Task, stream: ProblemStream, options: RolloutConfig) -> Rollout:
+    def sample(self, backend: GenerationBackend, task: Task, stream: ProblemStream, options: RolloutConfig) -> Rollout:
         return sample_revisions(backend, task, stream, options)
 
 
@@ -144,7 +145,7 @@ class VineSampler(Sampler):
     section: ClassVar[str | None] = "vine"
     dapo_options: ClassVar[bool] = False
 
-    def sample(self, backend, task: Task, stream: ProblemStream, options: RolloutConfig) -> Rollout:
+    def sample(self, backend: GenerationBackend, task: Task, stream: ProblemStream, options: RolloutConfig) -> Rollout:
         return sample_vine(backend, task, stream, options)
 
 

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from credo.rollout.backend import GenerationBackend
 from credo.rollout.options import RolloutConfig
 from credo.rollout.rows import Row, continue_rows
 from credo.rollout.thoughts import ThoughtRules
 from credo.tasks import Task
 
 
-def boundary_values(backend, task: Task, requests: Sequence[tuple[Row, Sequence[int]]], k: int,
+def boundary_values(backend: GenerationBackend, task: Task, requests: Sequence[tuple[Row, Sequence[int]]], k: int,
                     options: RolloutConfig, rules: ThoughtRules) -> tuple[list[list[float]], int]:
     """For each `(row, boundaries)`, the Monte-Carlo value of the state after each boundary's first `j`
     thoughts (`j = 0`: the prompt alone), from `k` continuations each; and the tokens the continuations

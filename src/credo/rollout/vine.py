@@ -22,6 +22,7 @@ import random
 
 import torch
 
+from credo.rollout.backend import GenerationBackend
 from credo.rollout.generate import encode_prompts
 from credo.rollout.groups import ProblemStream, Rollout
 from credo.rollout.options import RolloutConfig, VineConfig
@@ -30,7 +31,7 @@ from credo.rollout.values import boundary_values, largest_drop
 from credo.tasks import Task, sandbox_failures
 
 
-def sample_vine(backend, task: Task, stream: ProblemStream, options: RolloutConfig, rng=random) -> Rollout:
+def sample_vine(backend: GenerationBackend, task: Task, stream: ProblemStream, options: RolloutConfig, rng=random) -> Rollout:
     """`prompts_per_step` groups with the step segments and values of their responses (module docstring).
     `rng` draws the subsampled boundaries (Python's global RNG: seeded and checkpointed by the trainer)."""
     vine: VineConfig = options.vine

@@ -1,0 +1,36 @@
+"""The generation backend's interface: what the samplers call, and what the trainer adds.
+
+A sampler needs a tokenizer and one call, `generate(prompts, ...)`, that samples `repeat` responses per prompt and
+returns them as `Completions` (`credo.rollout.generate`); the trainer also keeps the backend on the policy's weights
+after each update (`sync_weights`). `credo.rollout.generate.TransformersBackend` and
+`credo.rollout.vllm_backend.VllmBackend` implement `TrainingBackend`; a scripted stand-in (the tests') or another
+engine implements `GenerationBackend` to drive the samplers.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from credo.rollout.generate import Completions
+
+
+@runtime_checkable
+class GenerationBackend(Protocol):
+    """What the samplers call: a tokenizer (prompt encoding, response decoding, the pad token) and `generate`."""
+
+    tokenizer: Any
+
+    def generate(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 1.0,
+                 top_p: float = 1.0, greedy: bool = False, repeat: int = 1) -> Completions:
+        """`repeat` responses per prompt (rows in prompt order), each at most `max_new_tokens` long, sampled at
+        `temperature` from the top-p nucleus, or greedy."""
+        ...
+
+
+@runtime_checkable
+class TrainingBackend(GenerationBackend, Protocol):
+    """A generation backend the trainer keeps on the policy it trains."""
+
+    def sync_weights(self) -> None:
+        """Sample from the policy's current weights from now on (a no-op where the backend is the policy)."""
+        ...
