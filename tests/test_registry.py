@@ -21,7 +21,7 @@ from credo.credit import GroupAdvantage
 from credo.integrations import trl as trl_adapter
 from credo.integrations import verl as verl_adapter
 from credo.methods import METHODS, Method, get_method
-from credo.rollout.samplers import GroupSampler
+from credo.rollout.samplers.groups import GroupSampler
 
 ALL = list(METHODS)
 

@@ -34,7 +34,7 @@ from pydantic import (
 
 from credo.extras import MissingExtra
 from credo.methods import get_method
-from credo.rollout.options import RolloutConfig
+from credo.rollout.samplers import RolloutConfig
 from credo.schema import Section
 from credo.tasks import RewardFunction, task_class
 from credo.tasks.base import short_repr

@@ -25,8 +25,11 @@ from credo.credit.entropy_weights import EntropyWeightedAdvantage
 from credo.credit.vine import VineAdvantage
 from credo.losses import LambdaLoss, LossOutput, PolicyLoss, PPOClipLoss, ReinforceLoss, TraceLoss
 from credo.registry import Registry
-from credo.rollout.options import RolloutConfig
-from credo.rollout.samplers import GroupSampler, ResetSampler, RevisionSampler, Sampler, VineSampler
+from credo.rollout.samplers import RolloutConfig, Sampler
+from credo.rollout.samplers.groups import GroupSampler
+from credo.rollout.samplers.resets import ResetSampler
+from credo.rollout.samplers.revisions import RevisionSampler
+from credo.rollout.samplers.vine import VineSampler
 
 FAMILIES: dict[str, str] = {
     "baseline": "the critic-free methods the others are measured against (one credit per response)",

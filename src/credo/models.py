@@ -20,7 +20,7 @@ from credo.gguf import PRESETS, converted_directory, preset_file
 from credo.io import check_torch_archive
 from credo.rollout.crn import CommonRandomNumbers
 from credo.rollout.generate import TransformersBackend
-from credo.rollout.options import RolloutConfig
+from credo.rollout.options import RolloutOptions
 
 
 def resolve_model_path(config: ModelConfig) -> Path:
@@ -82,7 +82,7 @@ def load_model(config: ModelConfig, device: torch.device):
     return model, load_tokenizer(path)
 
 
-def make_backend(rollout: RolloutConfig, model, tokenizer, model_config: ModelConfig, *, seed: int = 0,
+def make_backend(rollout: RolloutOptions, model, tokenizer, model_config: ModelConfig, *, seed: int = 0,
                  common_random_numbers: CommonRandomNumbers | None = None):
     """The generation backend `rollout.backend` names, serving `model`: transformers (the default, any device;
     keyed sampling with `common_random_numbers`) or vLLM (CUDA; it loads the directory `model_config` resolves

@@ -2,7 +2,7 @@
 
 From `n >= k` samples of which `c` are correct, pass@k is `1 - C(n-c, k) / C(n, k)`, computed as the product
 `prod_{i=n-c+1}^{n} (1 - k/i)`, which never forms a large binomial. A leaf module: evaluation
-(`credo.evaluate`) and the reset sampler (`credo.rollout.resets`) both use it.
+(`credo.evaluate`) and the reset sampler (`credo.rollout.samplers.resets`) both use it.
 """
 
 from __future__ import annotations

@@ -24,9 +24,9 @@ from credo.credit import GroupAdvantage, RevisionAdvantage, suffix_mask
 from credo.losses import PPOClipLoss
 from credo.methods import get_method
 from credo.rollout.groups import ProblemStream
-from credo.rollout.resets import sample_resets
 from credo.rollout.revise import TESTBED_REVISE_PROMPT
-from credo.rollout.revisions import sample_revisions
+from credo.rollout.samplers.resets import sample_resets
+from credo.rollout.samplers.revisions import sample_revisions
 from credo.tasks import ArithTask
 from credo.tasks.arith import solution
 
@@ -365,7 +365,7 @@ def test_verl_conventions_reproduce_verls_grpo_dr_grpo_and_dapo(name, seed, dp_s
 
     # losses and gradients: two micro-batches, normalised by the whole mini-batch as verl's engine does
     info = {"dp_size": dp_size, "batch_num_tokens": int(mask.sum()), "global_batch_size": B}
-    halves = [list(range(0, B // 2)), list(range(B // 2, B))]
+    halves = [list(range(B // 2)), list(range(B // 2, B))]
     for loss_scale_factor in [None, 12] if agg == "seq-mean-token-sum-norm" else [None]:
         results = []
         for mode, adv in (("vanilla", verl_adv), (name, credo_adv)):

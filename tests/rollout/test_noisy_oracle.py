@@ -1,5 +1,5 @@
 """The noisy oracle localiser: a step checker's first wrong thought, right with a dialled probability and wrong
-by the SRPO paper's earlier/later profile otherwise (`credo.rollout.resets.noisy_oracle`)."""
+by the SRPO paper's earlier/later profile otherwise (`credo.rollout.samplers.resets.noisy_oracle`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from scripted import ScriptedPolicy, chain_of, wrong_at
 
 from credo.config import ConfigError, load_config
 from credo.rollout.groups import ProblemStream
-from credo.rollout.resets import noisy_oracle, sample_resets
+from credo.rollout.samplers.resets import noisy_oracle, sample_resets
 from credo.tasks import ArithTask
 from credo.tasks.arith import solution
 

@@ -11,7 +11,7 @@ from scripted import ScriptedPolicy, chain_of, wrong_at
 from credo.config import load_config
 from credo.methods import get_method
 from credo.rollout.groups import ProblemStream
-from credo.rollout.resets import sample_resets
+from credo.rollout.samplers.resets import sample_resets
 from credo.tasks import ArithTask
 from credo.tasks.arith import solution
 from credo.testbed import END

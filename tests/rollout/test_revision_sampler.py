@@ -14,7 +14,7 @@ from credo.credit import edit_mask
 from credo.methods import get_method
 from credo.rollout.groups import ProblemStream
 from credo.rollout.revise import REVISE_PROMPT, TESTBED_REVISE_PROMPT, check_template, choose_references
-from credo.rollout.revisions import sample_revisions
+from credo.rollout.samplers.revisions import sample_revisions
 from credo.tasks import ArithTask
 from credo.tasks.arith import ArithConfig, format_answer, format_step, solution
 

@@ -11,8 +11,7 @@ from scripted import ScriptedPolicy, chain_of, wrong_at
 
 from credo.config import load_config
 from credo.rollout.groups import ProblemStream
-from credo.rollout.resets import sample_resets
-from credo.rollout.samplers import ResetSampler
+from credo.rollout.samplers.resets import ResetSampler, sample_resets
 from credo.rollout.values import first_below, largest_drop
 from credo.tasks import ArithTask
 from credo.tasks.arith import ArithConfig, solution

@@ -12,7 +12,7 @@ from scripted import ScriptedPolicy, chain_of, wrong_at
 from credo.config import load_config
 from credo.methods import get_method
 from credo.rollout.groups import ProblemStream
-from credo.rollout.vine import sample_vine
+from credo.rollout.samplers.vine import sample_vine
 from credo.tasks import ArithTask
 from credo.tasks.arith import ArithConfig, solution
 

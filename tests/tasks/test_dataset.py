@@ -191,7 +191,7 @@ def test_system_prompt_on_plain_prompts_reaches_the_sampler(tmp_path):
     from scripted import ScriptedPolicy
 
     from credo.rollout.groups import sample_round
-    from credo.rollout.options import RolloutConfig
+    from credo.rollout.samplers import RolloutConfig
 
     data = datasets.Dataset.from_dict({"prompt": ["1+1?", "2+2?"], "answer": ["2", "4"]})
     path = write(data, tmp_path / "d.parquet", "parquet")

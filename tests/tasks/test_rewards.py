@@ -301,7 +301,7 @@ def test_the_group_sampler_uses_the_custom_reward(rewards, tmp_path):
     from scripted import ScriptedPolicy
 
     from credo.rollout.groups import sample_round
-    from credo.rollout.options import RolloutConfig
+    from credo.rollout.samplers import RolloutConfig
 
     task = jsonl_task(tmp_path, [f"{rewards}:exact", f"{rewards}:length"])
     policy = ScriptedPolicy(lambda prompt: prompt[1:])  # "q3" -> "3": right (the task's own reward: 1)

@@ -5,8 +5,8 @@ event loop), each returning one row. A reset or revision group is a property of 
 first failed draw is the seed, base and suffix groups are normalised separately, a failure is revised
 against its siblings), so the `n` sessions of a prompt share one group build:
 
-1. the first session to arrive starts credo's own sampler (`credo.rollout.resets.sample_resets` or
-   `credo.rollout.revisions.sample_revisions`: draw rounds, seed planning, localisation, continuations
+1. the first session to arrive starts credo's own sampler (`credo.rollout.samplers.resets.sample_resets` or
+   `credo.rollout.samplers.revisions.sample_revisions`: draw rounds, seed planning, localisation, continuations
    from `prompt + prefix`, revisions, edit masks) in a worker thread, against `VerlBackend`, whose
    `generate` sends every request to verl's rollout servers concurrently on the worker's event loop (all
    requests of a group share one sticky request id, so the servers' prefix cache serves the shared
@@ -48,8 +48,10 @@ from credo.extras import require
 from credo.methods import Method, get_method
 from credo.rollout.generate import Completions, encode_prompts
 from credo.rollout.groups import Rollout
-from credo.rollout.options import ResetConfig, RevisionConfig, RolloutConfig
 from credo.rollout.reset_plan import SPLITS
+from credo.rollout.samplers import RolloutConfig
+from credo.rollout.samplers.resets import ResetConfig
+from credo.rollout.samplers.revisions import RevisionConfig
 from credo.tasks import Problem, Verdict
 
 if importlib.util.find_spec("verl") is not None:
@@ -340,7 +342,7 @@ class CredoAgentLoop(SingleTurnAgentLoop):
 
 
 class ResetAgentLoop(CredoAgentLoop):
-    """RRPO / SRPO reset groups (`credo.rollout.resets`). Option `resets`: credo's `ResetConfig` fields
+    """RRPO / SRPO reset groups (`credo.rollout.samplers.resets`). Option `resets`: credo's `ResetConfig` fields
     (`split`, `max_draws`, `localiser` random | self, `localiser_temperature`, `localiser_max_tokens`,
     `localiser_prompt`, `thoughts`: delimiter, answer marker, caps). `rollout.n` must be the split's rows
     (8 for every split). The thought budget is capped at verl's `response_length`."""
@@ -371,7 +373,7 @@ class ResetAgentLoop(CredoAgentLoop):
 
 
 class RevisionAgentLoop(CredoAgentLoop):
-    """IBPO revision groups (`credo.rollout.revisions`). Options: `revisions` (credo's `RevisionConfig`: `k`,
+    """IBPO revision groups (`credo.rollout.samplers.revisions`). Options: `revisions` (credo's `RevisionConfig`: `k`,
     `prompt`, `max_new_tokens`, `temperature`, `rewrite`) and `edit_mask`: "off" (default: shaped rewards,
     every response token trains) | "trained" (repaired failures train on their edited tokens only, each row
     normalised by its trained tokens: credo's `RevisionAdvantage(norm="trained")`)."""

@@ -16,7 +16,7 @@ from torch import Tensor
 from credo.batch import RolloutBatch
 from credo.rollout.backend import GenerationBackend
 from credo.rollout.generate import Completions, encode_prompts
-from credo.rollout.options import RolloutConfig
+from credo.rollout.options import RolloutOptions
 from credo.tasks import Problem, Task, Verdict, sandbox_failures, unscored_count, verify_all
 
 
@@ -75,7 +75,7 @@ def overlong_penalty(lengths: Tensor, max_new_tokens: int, buffer: int) -> Tenso
     return -((lengths - (max_new_tokens - buffer)).clamp(min=0) / buffer).clamp(max=1.0)
 
 
-def sample_round(backend: GenerationBackend, task: Task, problems: list[Problem], config: RolloutConfig) -> Rollout:
+def sample_round(backend: GenerationBackend, task: Task, problems: list[Problem], config: RolloutOptions) -> Rollout:
     """One round: `group_size` samples for each problem, verified."""
     rows = [p for p in problems for _ in range(config.group_size)]
     prompts = encode_prompts(backend.tokenizer, [p.prompt for p in problems])
@@ -94,7 +94,7 @@ def sample_round(backend: GenerationBackend, task: Task, problems: list[Problem]
     return Rollout(rows, completions, verdicts, rewards, group_id, completions.tokens, metrics)
 
 
-def sample_groups(backend: GenerationBackend, task: Task, stream: ProblemStream, config: RolloutConfig) -> Rollout:
+def sample_groups(backend: GenerationBackend, task: Task, stream: ProblemStream, config: RolloutOptions) -> Rollout:
     """`prompts_per_step` verified groups; with dynamic sampling, groups with equal rewards are replaced
     by groups of fresh prompts (at most `max_refills` extra rounds; any shortfall is filled with the
     dropped groups, which carry no gradient)."""

@@ -1,115 +1,18 @@
-"""The sampling options of a run (`rollout:` in a config): generation, the group sampler's DAPO options,
-and the sections the reset, revision and vine samplers own (`rollout.resets`, `rollout.revisions`,
-`rollout.vine`).
+"""The general sampling options of a run (`rollout:` in a config): the backend, the batch's prompts and groups,
+generation, the group sampler's DAPO options.
 
-They live with the samplers that read them, so the rollout layer needs nothing from `credo.config`, which
-only assembles the sections into a `RunConfig`.
+A sampler's own section (`rollout.resets`, `rollout.vine`, ...) lives in the sampler's module
+(`credo.rollout.samplers`), which composes `RolloutConfig` from these options and every registered sampler's
+section; the rollout layer needs nothing from `credo.config`, which only assembles the sections into a `RunConfig`.
 """
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
-from credo.rollout.localise import LOCALISE_PROMPT, STEP_FORMAT
-from credo.rollout.revise import REVISE_PROMPT, check_rewrites, check_template
-from credo.rollout.thoughts import ThoughtRules
 from credo.schema import Section
-
-Localiser = Literal["random", "self", "oracle", "sampled"]
-LOCALISERS: tuple[str, ...] = get_args(Localiser)
-"""The first-wrong-thought localisers of the reset sampler (`credo.rollout.resets`)."""
-
-
-class ResetConfig(Section):
-    """Options of the reset sampler of RRPO/SRPO (`rollout.resets`)."""
-
-    split: Literal["1x4", "2x4", "1x8", "nomask"] = "1x4"
-    """How a prompt's trained rows are made: "1x4", "2x4" or "1x8" (seeds x continuations), or "nomask".
-
-    "1x4": one failed seed with 4 continuations and a base group of 4 fresh rollouts (8 trained rows); "2x4":
-    two seeds with 4 continuations each, no base group; "1x8": one seed with 8 continuations; "nomask": "1x4"
-    whose suffix rows also train on their prefix (`credo.rollout.reset_plan`)."""
-    max_draws: int = Field(12, ge=1)
-    """Most fresh rollouts drawn per prompt to find its seeds; a prompt with too few failures becomes a plain group."""
-    localiser: Localiser | None = None
-    """Who finds a seed's first wrong thought: "random", "self", "oracle" or "sampled"; None: the method's own.
-
-    The method's own is "random" for RRPO and "self" for SRPO; "oracle" needs a task with a step checker;
-    "sampled" reads Monte-Carlo values of the states between the seed's thoughts (`localiser_samples`)."""
-    oracle_accuracy: float = Field(1.0, ge=0.0, le=1.0)
-    """Share of seeds the oracle localiser names exactly (1: perfect); the others get a wrong thought.
-
-    A study can dial localiser accuracy from the policy's own (about 0.2 on the testbed) to perfect; the
-    errors follow `oracle_earlier` (`credo.rollout.resets.noisy_oracle`)."""
-    oracle_earlier: float = Field(38 / 88, ge=0.0, le=1.0)
-    """Share of the noisy oracle's errors placed before the first wrong thought; the rest after it.
-
-    The default is the SRPO paper's measured localiser profile (12% exact, 38% earlier, 50% later: 38/88 of
-    its errors earlier)."""
-    localiser_samples: int = Field(4, ge=1)
-    """Continuations per state of the sampled localiser (its K); each of a seed's n thoughts costs K of them.
-
-    The seed's first wrong thought is the one after which the mean reward of the continuations falls the most
-    (`credo.rollout.values.largest_drop`); every continuation token counts as localisation cost."""
-    localiser_threshold: float | None = Field(None, ge=0.0)
-    """The sampled localiser picks the first thought after which the estimate falls below this, where one does.
-
-    None: always the largest fall; where no estimate falls below it, the largest fall too."""
-    localiser_temperature: float | None = Field(None, ge=0.0)
-    """Sampling temperature of the self-localiser; None: 0.3, and 0 (greedy) for the 1x8 split."""
-    localiser_max_tokens: int = Field(64, ge=1)
-    """Reply budget of the self-localiser (the paper: 4096 for real models)."""
-    localiser_prompt: str = LOCALISE_PROMPT
-    """The self-localiser's prompt, with `{problem}` and `{steps}` (the testbed: `TESTBED_PROMPT`)."""
-    localiser_step_format: str = STEP_FORMAT
-    """How each thought appears in `{steps}`, with `{i}` and `{thought}`."""
-    thoughts: ThoughtRules = ThoughtRules()
-    """The thought MDP: how a response is cut into thoughts and when its episode ends."""
-
-
-class RevisionConfig(Section):
-    """Options of IBPO's revision sampler (`rollout.revisions`)."""
-
-    k: int = Field(4, ge=2)
-    """IBPO's K: each failed response gets K-1 revisions, one per sibling reference (correct ones first)."""
-    prompt: str = REVISE_PROMPT
-    """The revision prompt, with `{problem}`, `{attempt}` and `{reference}` (the testbed: `TESTBED_REVISE_PROMPT`)."""
-    max_new_tokens: int | None = Field(None, ge=1)
-    """Length budget of a revision (None: `rollout.max_new_tokens`); a truncated revision counts as failed."""
-    temperature: float | None = Field(None, ge=0.0)
-    """Sampling temperature of the revisions (None: `rollout.temperature`; 0: greedy)."""
-    rewrite: list[tuple[str, str]] = Field(default_factory=list)
-    """Regex `[pattern, replacement]` pairs applied to attempts and references before they enter the prompt.
-
-    The testbed's is `TESTBED_REVISE_REWRITE`, which shows an attempt by its written values only."""
-
-    @field_validator("prompt")
-    @classmethod
-    def _prompt(cls, template: str) -> str:
-        return check_template(template)
-
-    @field_validator("rewrite")
-    @classmethod
-    def _rewrite(cls, rewrites: list[tuple[str, str]]) -> list[tuple[str, str]]:
-        return check_rewrites(rewrites)
-
-
-class VineConfig(Section):
-    """Options of the vine sampler (`rollout.vine`): Monte-Carlo step values (VinePPO, arXiv 2410.01679)."""
-
-    k: int = Field(9, ge=1)
-    """Continuations sampled from each state between two thoughts to estimate its value (the paper's K = 9)."""
-    failures_only: bool = False
-    """Estimate step values for failed responses only; a correct response is one step from the prompt."""
-    max_boundaries: int | None = Field(None, ge=1)
-    """Estimate at most this many states per response, drawn at random among its thought boundaries (None: all).
-
-    The thoughts between two estimated states form one step and share its advantage; this bounds the cost
-    (`k` continuations per state) on long responses."""
-    thoughts: ThoughtRules = ThoughtRules()
-    """How a response is cut into thoughts (its steps) and when its episode ends, as for resets."""
 
 
 class VllmConfig(Section):
@@ -129,7 +32,10 @@ class VllmConfig(Section):
     """Free vLLM's memory during the update (its weights and KV cache are offloaded and restored)."""
 
 
-class RolloutConfig(Section):
+class RolloutOptions(Section):
+    """The general keys of `rollout:` (every sampler reads them); `credo.rollout.samplers.RolloutConfig` adds
+    each sampler's own section."""
+
     backend: Literal["transformers", "vllm"] = "transformers"
     """Generation engine: transformers' `generate` (everywhere) or vLLM (CUDA only, optional extra)."""
     vllm: VllmConfig = VllmConfig()
@@ -166,15 +72,8 @@ class RolloutConfig(Section):
     """DAPO's soft overlong penalty: the last `overlong_buffer` tokens before max_new_tokens cost up to -1."""
     reward_errors: Literal["raise", "zero"] = "raise"
     """A verifier that raises: stop the step showing the prompt ("raise"), or reward 0 with a warning."""
-    resets: ResetConfig = ResetConfig()
-    """Options of the reset sampler (`credo.rollout.samplers.ResetSampler`: RRPO, SRPO)."""
-    revisions: RevisionConfig = RevisionConfig()
-    """Options of the revision sampler (`credo.rollout.samplers.RevisionSampler`: IBPO)."""
-    vine: VineConfig = VineConfig()
-    """Options of the vine sampler (`credo.rollout.samplers.VineSampler`: Monte-Carlo step values)."""
-
     @model_validator(mode="after")
-    def _keyed_sampling_needs_transformers(self) -> RolloutConfig:
+    def _keyed_sampling_needs_transformers(self) -> RolloutOptions:
         if self.common_random_numbers and self.backend != "transformers":
             raise ValueError(f"rollout.common_random_numbers needs the transformers backend (rollout.backend is "
                              f"{self.backend!r}, which samples with its own generator)")

@@ -13,8 +13,8 @@ call per band of remaining budget: each state's prompt + prefix is encoded once 
 within what the response's token budget leaves after the prefix, and cut by the same thought rules as the
 responses they continue.
 
-Used by the vine sampler (step advantages, `credo.rollout.vine`) and by the reset sampler's `sampled`
-localiser (the thought after which the estimate drops the most, `credo.rollout.resets`).
+Used by the vine sampler (step advantages, `credo.rollout.samplers.vine`) and by the reset sampler's `sampled`
+localiser (the thought after which the estimate drops the most, `credo.rollout.samplers.resets`).
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from credo.rollout.backend import GenerationBackend
-from credo.rollout.options import RolloutConfig
+from credo.rollout.options import RolloutOptions
 from credo.rollout.rows import Row, continue_rows
 from credo.rollout.thoughts import ThoughtRules
 from credo.tasks import Task
 
 
 def boundary_values(backend: GenerationBackend, task: Task, requests: Sequence[tuple[Row, Sequence[int]]], k: int,
-                    options: RolloutConfig, rules: ThoughtRules) -> tuple[list[list[float]], int]:
+                    options: RolloutOptions, rules: ThoughtRules) -> tuple[list[list[float]], int]:
     """For each `(row, boundaries)`, the Monte-Carlo value of the state after each boundary's first `j`
     thoughts (`j = 0`: the prompt alone), from `k` continuations each; and the tokens the continuations
     generated (every one of them, for the rollout's cost)."""

@@ -16,16 +16,49 @@ from __future__ import annotations
 import random
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
+from pydantic import Field, field_validator
 
 from credo.credit.revisions import closest_revision, edit_mask
 from credo.rollout.backend import GenerationBackend
 from credo.rollout.generate import Completions, encode_prompts
 from credo.rollout.groups import ProblemStream, Rollout, sample_groups
-from credo.rollout.options import RevisionConfig, RolloutConfig
-from credo.rollout.revise import choose_references, revision_prompt
+from credo.rollout.revise import REVISE_PROMPT, check_rewrites, check_template, choose_references, revision_prompt
+from credo.rollout.samplers.base import Sampler, registered
+from credo.schema import Section
 from credo.tasks import Task, verify_all
+
+if TYPE_CHECKING:
+    from credo.rollout.samplers import RolloutConfig
+
+
+class RevisionConfig(Section):
+    """Options of IBPO's revision sampler (`rollout.revisions`)."""
+
+    k: int = Field(4, ge=2)
+    """IBPO's K: each failed response gets K-1 revisions, one per sibling reference (correct ones first)."""
+    prompt: str = REVISE_PROMPT
+    """The revision prompt, with `{problem}`, `{attempt}` and `{reference}` (the testbed: `TESTBED_REVISE_PROMPT`)."""
+    max_new_tokens: int | None = Field(None, ge=1)
+    """Length budget of a revision (None: `rollout.max_new_tokens`); a truncated revision counts as failed."""
+    temperature: float | None = Field(None, ge=0.0)
+    """Sampling temperature of the revisions (None: `rollout.temperature`; 0: greedy)."""
+    rewrite: list[tuple[str, str]] = Field(default_factory=list)
+    """Regex `[pattern, replacement]` pairs applied to attempts and references before they enter the prompt.
+
+    The testbed's is `TESTBED_REVISE_REWRITE`, which shows an attempt by its written values only."""
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompt(cls, template: str) -> str:
+        return check_template(template)
+
+    @field_validator("rewrite")
+    @classmethod
+    def _rewrite(cls, rewrites: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        return check_rewrites(rewrites)
 
 
 @dataclass(frozen=True)
@@ -128,3 +161,17 @@ def revision_metrics(revisions: list[Revision], success, correct: list[bool], co
         if chosen:
             metrics[f"revisions/success_rate_{name}"] = sum(r.success for r in chosen) / len(chosen)
     return metrics
+
+
+@registered
+@dataclass(frozen=True)
+class RevisionSampler(Sampler):
+    name: ClassVar[str] = "revisions"
+    draws: ClassVar[str] = "i.i.d. groups plus the policy's revisions of every failure (never trained on)"
+    records: ClassVar[frozenset[str]] = frozenset({"revision_success", "edit_mask"})
+    iid: ClassVar[bool] = False
+    section: ClassVar[str | None] = "revisions"
+    options: ClassVar[type[Section] | None] = RevisionConfig
+
+    def sample(self, backend: GenerationBackend, task: Task, stream: ProblemStream, options: RolloutConfig) -> Rollout:
+        return sample_revisions(backend, task, stream, options)

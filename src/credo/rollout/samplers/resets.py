@@ -17,19 +17,78 @@ from __future__ import annotations
 import random
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar, Literal, get_args
 
 import torch
+from pydantic import Field
 
 from credo.passk import pass_at_k
 from credo.rollout.backend import GenerationBackend
 from credo.rollout.generate import encode_prompts
 from credo.rollout.groups import ProblemStream, Rollout
-from credo.rollout.localise import localisation_prompt, parse_step
-from credo.rollout.options import ResetConfig
+from credo.rollout.localise import LOCALISE_PROMPT, STEP_FORMAT, localisation_prompt, parse_step
 from credo.rollout.reset_plan import SPLITS, draws_needed, plan
 from credo.rollout.rows import Row, assemble, continue_rows, make_rows, per_token
+from credo.rollout.samplers.base import Sampler, registered
+from credo.rollout.thoughts import ThoughtRules
 from credo.rollout.values import boundary_values, first_below, largest_drop
+from credo.schema import Section
 from credo.tasks import Task, sandbox_failures
+
+if TYPE_CHECKING:
+    from credo.rollout.samplers import RolloutConfig
+
+
+Localiser = Literal["random", "self", "oracle", "sampled"]
+LOCALISERS: tuple[str, ...] = get_args(Localiser)
+"""The first-wrong-thought localisers of the reset sampler (`credo.rollout.samplers.resets`)."""
+
+
+class ResetConfig(Section):
+    """Options of the reset sampler of RRPO/SRPO (`rollout.resets`)."""
+
+    split: Literal["1x4", "2x4", "1x8", "nomask"] = "1x4"
+    """How a prompt's trained rows are made: "1x4", "2x4" or "1x8" (seeds x continuations), or "nomask".
+
+    "1x4": one failed seed with 4 continuations and a base group of 4 fresh rollouts (8 trained rows); "2x4":
+    two seeds with 4 continuations each, no base group; "1x8": one seed with 8 continuations; "nomask": "1x4"
+    whose suffix rows also train on their prefix (`credo.rollout.reset_plan`)."""
+    max_draws: int = Field(12, ge=1)
+    """Most fresh rollouts drawn per prompt to find its seeds; a prompt with too few failures becomes a plain group."""
+    localiser: Localiser | None = None
+    """Who finds a seed's first wrong thought: "random", "self", "oracle" or "sampled"; None: the method's own.
+
+    The method's own is "random" for RRPO and "self" for SRPO; "oracle" needs a task with a step checker;
+    "sampled" reads Monte-Carlo values of the states between the seed's thoughts (`localiser_samples`)."""
+    oracle_accuracy: float = Field(1.0, ge=0.0, le=1.0)
+    """Share of seeds the oracle localiser names exactly (1: perfect); the others get a wrong thought.
+
+    A study can dial localiser accuracy from the policy's own (about 0.2 on the testbed) to perfect; the
+    errors follow `oracle_earlier` (`credo.rollout.samplers.resets.noisy_oracle`)."""
+    oracle_earlier: float = Field(38 / 88, ge=0.0, le=1.0)
+    """Share of the noisy oracle's errors placed before the first wrong thought; the rest after it.
+
+    The default is the SRPO paper's measured localiser profile (12% exact, 38% earlier, 50% later: 38/88 of
+    its errors earlier)."""
+    localiser_samples: int = Field(4, ge=1)
+    """Continuations per state of the sampled localiser (its K); each of a seed's n thoughts costs K of them.
+
+    The seed's first wrong thought is the one after which the mean reward of the continuations falls the most
+    (`credo.rollout.values.largest_drop`); every continuation token counts as localisation cost."""
+    localiser_threshold: float | None = Field(None, ge=0.0)
+    """The sampled localiser picks the first thought after which the estimate falls below this, where one does.
+
+    None: always the largest fall; where no estimate falls below it, the largest fall too."""
+    localiser_temperature: float | None = Field(None, ge=0.0)
+    """Sampling temperature of the self-localiser; None: 0.3, and 0 (greedy) for the 1x8 split."""
+    localiser_max_tokens: int = Field(64, ge=1)
+    """Reply budget of the self-localiser (the paper: 4096 for real models)."""
+    localiser_prompt: str = LOCALISE_PROMPT
+    """The self-localiser's prompt, with `{problem}` and `{steps}` (the testbed: `TESTBED_PROMPT`)."""
+    localiser_step_format: str = STEP_FORMAT
+    """How each thought appears in `{steps}`, with `{i}` and `{thought}`."""
+    thoughts: ThoughtRules = ThoughtRules()
+    """The thought MDP: how a response is cut into thoughts and when its episode ends."""
 
 
 @dataclass
@@ -210,3 +269,47 @@ def reset_metrics(plans, seeds: list[Seed], cost: Counter, checks_steps: bool) -
             if passes:
                 metrics[f"resets/suffix_pass@4_{name}_prefix"] = sum(passes) / len(passes)
     return metrics
+
+
+@registered
+@dataclass(frozen=True)
+class ResetSampler(Sampler):
+    name: ClassVar[str] = "resets"
+    draws: ClassVar[str] = ("groups built from resets of failed rollouts to a localised first wrong thought "
+                            "(base and suffix groups, continuations of a kept prefix)")
+    records: ClassVar[frozenset[str]] = frozenset({"prefix_len", "segment_ids"})
+    iid: ClassVar[bool] = False
+    section: ClassVar[str | None] = "resets"
+    options: ClassVar[type[Section] | None] = ResetConfig
+    dapo_options: ClassVar[bool] = False
+
+    localiser: str = "random"
+    """The first-wrong-thought localiser (random | self | oracle | sampled); `rollout.resets.localiser` overrides it."""
+
+    def __post_init__(self) -> None:
+        if self.localiser not in LOCALISERS:
+            raise ValueError(f"ResetSampler.localiser must be one of {', '.join(LOCALISERS)}, got {self.localiser!r}")
+
+    def localiser_for(self, options: RolloutConfig) -> str:
+        """The localiser a run uses: `rollout.resets.localiser`, else the method's own."""
+        return options.resets.localiser or self.localiser
+
+    def sample(self, backend: GenerationBackend, task: Task, stream: ProblemStream, options: RolloutConfig) -> Rollout:
+        return sample_resets(backend, task, stream, options, self.localiser_for(options))
+
+    def check(self, options: RolloutConfig, checks_steps: bool) -> None:
+        super().check(options, checks_steps)
+        localiser = self.localiser_for(options)
+        oracle = localiser == "oracle"
+        if oracle and not checks_steps:
+            raise ValueError("rollout.resets.localiser = 'oracle' needs a task with a step checker")
+        if not oracle and options.resets.oracle_accuracy < 1.0:
+            raise ValueError(f"rollout.resets.oracle_accuracy = {options.resets.oracle_accuracy} applies to the oracle "
+                             f"localiser only; this run localises with {localiser!r}")
+        if localiser != "sampled" and options.resets.localiser_threshold is not None:
+            raise ValueError(f"rollout.resets.localiser_threshold = {options.resets.localiser_threshold} applies to the "
+                             f"sampled localiser only; this run localises with {localiser!r}")
+
+    def estimator_switches(self, options: RolloutConfig) -> dict[str, object]:
+        """The `nomask` split trains suffix rows on their prefix too (`ResetAdvantage.train_prefix`)."""
+        return {"train_prefix": True} if SPLITS[options.resets.split].train_prefix else {}

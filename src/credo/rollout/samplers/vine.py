@@ -19,16 +19,40 @@ from __future__ import annotations
 
 import bisect
 import random
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
+from pydantic import Field
 
 from credo.rollout.backend import GenerationBackend
 from credo.rollout.generate import encode_prompts
 from credo.rollout.groups import ProblemStream, Rollout
-from credo.rollout.options import RolloutConfig, VineConfig
 from credo.rollout.rows import Row, assemble, make_rows, per_token
+from credo.rollout.samplers.base import Sampler, registered
+from credo.rollout.thoughts import ThoughtRules
 from credo.rollout.values import boundary_values, largest_drop
+from credo.schema import Section
 from credo.tasks import Task, sandbox_failures
+
+if TYPE_CHECKING:
+    from credo.rollout.samplers import RolloutConfig
+
+
+class VineConfig(Section):
+    """Options of the vine sampler (`rollout.vine`): Monte-Carlo step values (VinePPO, arXiv 2410.01679)."""
+
+    k: int = Field(9, ge=1)
+    """Continuations sampled from each state between two thoughts to estimate its value (the paper's K = 9)."""
+    failures_only: bool = False
+    """Estimate step values for failed responses only; a correct response is one step from the prompt."""
+    max_boundaries: int | None = Field(None, ge=1)
+    """Estimate at most this many states per response, drawn at random among its thought boundaries (None: all).
+
+    The thoughts between two estimated states form one step and share its advantage; this bounds the cost
+    (`k` continuations per state) on long responses."""
+    thoughts: ThoughtRules = ThoughtRules()
+    """How a response is cut into thoughts (its steps) and when its episode ends, as for resets."""
 
 
 def sample_vine(backend: GenerationBackend, task: Task, stream: ProblemStream, options: RolloutConfig, rng=random) -> Rollout:
@@ -108,3 +132,19 @@ def vine_metrics(rows: list[Row], boundaries, state_values, base_tokens: int, va
         if hits:
             metrics["vine/largest_drop_exact"] = sum(hits) / len(hits)
     return metrics
+
+
+@registered
+@dataclass(frozen=True)
+class VineSampler(Sampler):
+    name: ClassVar[str] = "vine"
+    draws: ClassVar[str] = ("i.i.d. groups plus K continuations from each state between their thoughts "
+                            "(Monte-Carlo step values, never trained on)")
+    records: ClassVar[frozenset[str]] = frozenset({"segment_ids", "step_values"})
+    iid: ClassVar[bool] = False
+    section: ClassVar[str | None] = "vine"
+    options: ClassVar[type[Section] | None] = VineConfig
+    dapo_options: ClassVar[bool] = False
+
+    def sample(self, backend: GenerationBackend, task: Task, stream: ProblemStream, options: RolloutConfig) -> Rollout:
+        return sample_vine(backend, task, stream, options)

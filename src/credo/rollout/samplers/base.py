@@ -1,0 +1,80 @@
+"""The base of the samplers and their registry (`credo.rollout.samplers` finds the samplers' modules).
+
+A sampler owns what is particular to it: how it draws (`sample`), which `RolloutBatch` fields it records
+besides the responses (`records`), whether its groups are i.i.d. samples of a prompt (`iid`, what engines
+such as TRL's GRPOTrainer can carry), its options (its section of `rollout:`), their validation against
+the task (`check`), and the switches it sets on the method's estimator (`estimator_switches`). A method
+names its sampler in the registry (`credo.methods`); the trainer, the config's validation and the engine
+adapters ask the sampler and never branch on its name.
+
+A sampler is one module of `credo.rollout.samplers`: its class (registered with `@registered`), its options
+section (`options`, under `rollout.<section>`) and its sampling function.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, TypeVar
+
+from credo.registry import Registry
+from credo.rollout.backend import GenerationBackend
+from credo.schema import Section
+from credo.tasks import Task
+
+if TYPE_CHECKING:
+    from credo.rollout.groups import ProblemStream, Rollout
+    from credo.rollout.samplers import RolloutConfig
+
+
+@dataclass(frozen=True)
+class Sampler:
+    """The base of the samplers: i.i.d.-group defaults for every hook (see the module docstring)."""
+
+    name: ClassVar[str]
+    draws: ClassVar[str]
+    """What the sampler draws, in one phrase (`credo methods`, engine refusals)."""
+    records: ClassVar[frozenset[str]] = frozenset()
+    """The optional `RolloutBatch` fields its rollouts fill (see `credo.batch.FIELD_SOURCES`)."""
+    iid: ClassVar[bool] = True
+    """Every row is an i.i.d. sample of its prompt under the current policy, and nothing else is drawn."""
+    section: ClassVar[str | None] = None
+    """The `rollout.<section>` of its own options (None: only `rollout:`'s general keys)."""
+    options: ClassVar[type[Section] | None] = None
+    """The class of that section (its fields are the sampler's options, documented where they are declared)."""
+    dapo_options: ClassVar[bool] = True
+    """It draws its groups with the group sampler, so DAPO's `dynamic_sampling` and `overlong_buffer` apply."""
+
+    def sample(self, backend: GenerationBackend, task: Task, stream: ProblemStream, options: RolloutConfig) -> Rollout:
+        """One rollout batch of `options.prompts_per_step` prompts."""
+        raise NotImplementedError
+
+    def check(self, options: RolloutConfig, checks_steps: bool) -> None:
+        """A `ValueError` naming the key if `options` cannot run on a task (with a step checker or not)."""
+        if not self.dapo_options:
+            for key, off in (("dynamic_sampling", False), ("overlong_buffer", None)):
+                if getattr(options, key) != off:
+                    raise ValueError(f"rollout.{key} applies to the group sampler's groups; the {self.name} "
+                                     f"sampler draws its own and would ignore it")
+
+    def estimator_switches(self, options: RolloutConfig) -> dict[str, object]:
+        """Estimator switches that `options` implies (applied over the method's own)."""
+        return {}
+
+    def describe(self, options: RolloutConfig | None = None) -> str:
+        """The sampler and its choices, e.g. "resets (localiser: self)"."""
+        choices = [f"{f.name}: {getattr(self, f.name)}" for f in dataclasses.fields(self)]
+        return self.name + (f" ({', '.join(choices)})" if choices else "")
+
+
+SAMPLERS: Registry[type[Sampler]] = Registry("sampler")
+
+S = TypeVar("S", bound=type[Sampler])
+
+
+def registered(sampler: S) -> S:
+    """Class decorator: register a sampler under its `name` (a sampler with a `section` must give its `options`)."""
+    if (sampler.section is None) != (sampler.options is None):
+        raise ValueError(f"sampler {sampler.name}: a section needs its options class and the other way round")
+    SAMPLERS.add(sampler.name, sampler)
+    return sampler
