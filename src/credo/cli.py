@@ -472,7 +472,7 @@ def methods(
     for sampler_name in SAMPLERS:
         sampler = SAMPLERS.get(sampler_name)
         samplers.add_row(sampler_name, escape(sampler.draws), ", ".join(sorted(sampler.records)) or "-",
-                         f"rollout.{sampler.section}" if sampler.section else "rollout")
+                         f"rollout.{sampler_name}" if sampler.options else "rollout")
     console.print(samplers)
 
 

@@ -3,7 +3,7 @@
 A sampler owns what is particular to it, in its own module: how it draws (`sample`, and the sampling function
 behind it), which `RolloutBatch` fields it records besides the responses (`records`), whether its groups are
 i.i.d. samples of a prompt (`iid`, what engines such as TRL's GRPOTrainer can carry), its options (a `Section`
-under `rollout.<section>`), their validation against the task (`check`), and the switches it sets on the
+under `rollout.<name>`), their validation against the task (`check`), and the switches it sets on the
 method's estimator (`estimator_switches`). A method names its sampler in the registry (`credo.methods`); the
 trainer, the config's validation and the engine adapters ask the sampler and never branch on its name.
 
@@ -38,8 +38,7 @@ RolloutConfig = create_model(
     __base__=RolloutOptions,
     __module__=__name__,
     __doc__="`rollout:`: the general sampling options and every registered sampler's own section.",
-    **{SAMPLERS.get(name).section: _section_field(SAMPLERS.get(name))
-       for name in SAMPLERS if SAMPLERS.get(name).section is not None},
+    **{name: _section_field(SAMPLERS.get(name)) for name in SAMPLERS if SAMPLERS.get(name).options is not None},
 )
 
 __all__ = ["SAMPLERS", "RolloutConfig", "Sampler", "registered"]

@@ -8,7 +8,7 @@ names its sampler in the registry (`credo.methods`); the trainer, the config's v
 adapters ask the sampler and never branch on its name.
 
 A sampler is one module of `credo.rollout.samplers`: its class (registered with `@registered`), its options
-section (`options`, under `rollout.<section>`) and its sampling function.
+section (`options`, under `rollout.<name>`) and its sampling function.
 """
 
 from __future__ import annotations
@@ -38,10 +38,8 @@ class Sampler:
     """The optional `RolloutBatch` fields its rollouts fill (see `credo.batch.FIELD_SOURCES`)."""
     iid: ClassVar[bool] = True
     """Every row is an i.i.d. sample of its prompt under the current policy, and nothing else is drawn."""
-    section: ClassVar[str | None] = None
-    """The `rollout.<section>` of its own options (None: only `rollout:`'s general keys)."""
     options: ClassVar[type[Section] | None] = None
-    """The class of that section (its fields are the sampler's options, documented where they are declared)."""
+    """The class of its own options, the section `rollout.<name>` (None: only `rollout:`'s general keys)."""
     dapo_options: ClassVar[bool] = True
     """It draws its groups with the group sampler, so DAPO's `dynamic_sampling` and `overlong_buffer` apply."""
 
@@ -73,8 +71,6 @@ S = TypeVar("S", bound=type[Sampler])
 
 
 def registered(sampler: S) -> S:
-    """Class decorator: register a sampler under its `name` (a sampler with a `section` must give its `options`)."""
-    if (sampler.section is None) != (sampler.options is None):
-        raise ValueError(f"sampler {sampler.name}: a section needs its options class and the other way round")
+    """Class decorator: register a sampler under its `name` (its options, if any, are `rollout.<name>`)."""
     SAMPLERS.add(sampler.name, sampler)
     return sampler

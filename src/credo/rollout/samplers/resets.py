@@ -279,7 +279,6 @@ class ResetSampler(Sampler):
                             "(base and suffix groups, continuations of a kept prefix)")
     records: ClassVar[frozenset[str]] = frozenset({"prefix_len", "segment_ids"})
     iid: ClassVar[bool] = False
-    section: ClassVar[str | None] = "resets"
     options: ClassVar[type[Section] | None] = ResetConfig
     dapo_options: ClassVar[bool] = False
 

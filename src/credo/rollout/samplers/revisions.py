@@ -170,7 +170,6 @@ class RevisionSampler(Sampler):
     draws: ClassVar[str] = "i.i.d. groups plus the policy's revisions of every failure (never trained on)"
     records: ClassVar[frozenset[str]] = frozenset({"revision_success", "edit_mask"})
     iid: ClassVar[bool] = False
-    section: ClassVar[str | None] = "revisions"
     options: ClassVar[type[Section] | None] = RevisionConfig
 
     def sample(self, backend: GenerationBackend, task: Task, stream: ProblemStream, options: RolloutConfig) -> Rollout:

@@ -142,7 +142,6 @@ class VineSampler(Sampler):
                             "(Monte-Carlo step values, never trained on)")
     records: ClassVar[frozenset[str]] = frozenset({"segment_ids", "step_values"})
     iid: ClassVar[bool] = False
-    section: ClassVar[str | None] = "vine"
     options: ClassVar[type[Section] | None] = VineConfig
     dapo_options: ClassVar[bool] = False
 
