@@ -175,3 +175,61 @@ def loop_step_advantages(batch) -> torch.Tensor:
             after = start_value[min(later)] if later else float(batch.rewards[b])
             out[b, t] = after - start_value[s]
     return out
+
+
+def exact_fisher_association(a: int, b: int, c: int, d: int) -> float:
+    """KTAE's Fisher term `exp(-2 p)` of the table [[a, c], [b, d]], 0 where the exact two-sided p-value is 1:
+    hypergeometric probabilities as exact fractions, so ties and p = 1 are decided exactly."""
+    from fractions import Fraction
+
+    present, n_true, n = a + b, a + c, a + b + c + d
+    pmf = {k: Fraction(math.comb(n_true, k) * math.comb(n - n_true, present - k), math.comb(n, present))
+           for k in range(max(0, present + n_true - n), min(present, n_true) + 1)}
+    p = sum(q for q in pmf.values() if q <= pmf[a])
+    return 0.0 if p == 1 else math.exp(-2 * float(p))
+
+
+def loop_key_token_values(batch, correct, *, fisher_weight=1.0, ig_weight=1.0, term_frequency=True, key_scale=1.0,
+                          association=exact_fisher_association) -> torch.Tensor:
+    """KTAE's key-token value of every response token (credo.credit.key_tokens), group by group, token id by token
+    id, row by row: the presence table, Fisher (`association(a, b, c, d)`), information gain in bits, the
+    arcsine and BM25 term-frequency direction, `h tanh(z / 2)`. `correct`: a list of bools per row."""
+
+    def entropy(q):
+        return -sum(x * math.log2(x) for x in (q, 1 - q) if x > 0)
+
+    out = torch.zeros(batch.response_ids.shape, dtype=torch.float64)
+    groups = {}
+    for row in range(batch.size):
+        groups.setdefault(int(batch.group_id[row]), []).append(row)
+    for rows in groups.values():
+        tokens = {row: [int(batch.response_ids[row, t]) for t in range(batch.width) if batch.response_mask[row, t]]
+                  for row in rows}
+        n_true = sum(correct[row] for row in rows)
+        n_false = len(rows) - n_true
+        if n_true == 0 or n_false == 0:
+            continue
+        length = {cls: sum(len(tokens[row]) for row in rows if correct[row] == cls) for cls in (True, False)}
+        mean_length = (length[True] + length[False]) / 2
+        value = {}
+        for v in {v for row in rows for v in tokens[row]}:
+            a = sum(1 for row in rows if correct[row] and v in tokens[row])
+            b = sum(1 for row in rows if not correct[row] and v in tokens[row])
+            n, present = n_true + n_false, a + b
+            ig = entropy(n_true / n) - (present / n * entropy(a / present)
+                                        + ((n - present) / n * entropy((n_true - a) / (n - present)) if n > present else 0))
+            direction = math.asin(math.sqrt(a / n_true)) - math.asin(math.sqrt(b / n_false))
+            if term_frequency:
+                tf = {}
+                for cls in (True, False):
+                    f = sum(tokens[row].count(v) for row in rows if correct[row] == cls)
+                    share = f / length[cls] if length[cls] else 0.0
+                    tf[cls] = share * 3.0 / (share + 2.0 * (0.5 + 0.5 * length[cls] / mean_length))  # k1 2, b 0.5
+                direction += tf[True] / (tf[False] + 1e-5) - tf[False] / (tf[True] + 1e-5)
+            strength = fisher_weight * association(a, b, n_true - a, n_false - b) + ig_weight * ig
+            value[v] = key_scale * math.tanh(strength * direction / (fisher_weight + ig_weight) / 2)
+        for row in rows:
+            for t in range(batch.width):
+                if batch.response_mask[row, t]:
+                    out[row, t] = value[int(batch.response_ids[row, t])]
+    return out

@@ -4,9 +4,10 @@ Identities (lam = 0 is GRPO, on-policy is GRPO, ...) and loop references pin *ho
 let a reading pass that credits the wrong tokens. These tests pin *what* each method credits. The credit
 a token receives is `-B * dLoss/dlogp` (`credo.diagnostics`): positive pushes it up, negative down.
 
-- Every method: a failed response (binary reward 0) never gains credit from the method itself. The one
-  documented exception is IBPO's shaping: a repairable failure is a near miss and may earn positive
-  credit, but only on the tokens its successful revision kept (README, "Readings we chose").
+- Every method: a failed response (binary reward 0) never gains credit from the method itself. The
+  documented exceptions: IBPO's shaping (a repairable failure is a near miss and may earn positive credit,
+  but only on the tokens its successful revision kept; README, "Readings we chose"), and KTAE's key tokens (a
+  failure's token whose presence goes with success in its group, key-token value > 0; docs/methods.md sec. 9).
 - IBPO: the edited tokens of a repaired failure are never credited, its unedited tokens never blamed.
 - P-/S-trace (default): no token's own ratio outside PPO's clip range carries a gradient in the direction
   that takes it further out, and the history reweights a token's gradient by at most `history_cap`.
@@ -28,6 +29,7 @@ from references import loop_step_advantages
 
 from credo.batch import RolloutBatch
 from credo.credit import GroupAdvantage, failed_rows
+from credo.credit.key_tokens import KeyTokenAdvantage, key_token_values
 from credo.diagnostics import blame_precision
 from credo.losses import LambdaLoss, PPOClipLoss, TraceLoss
 from credo.methods import METHODS, get_method
@@ -66,6 +68,8 @@ def test_no_method_credits_a_failure_except_ibpo_kept_tokens(name, seed, shape, 
         may_gain = repaired_failures(batch).unsqueeze(1) & ~batch.edit_mask
     if "step_values" in method.reads:  # vine: a failure's step that raised its estimated value
         may_gain = loop_step_advantages(batch) > 0
+    if isinstance(method.estimator, KeyTokenAdvantage):  # KTAE: a failure's token that goes with success
+        may_gain = key_token_values(batch.response_ids, batch.response_mask, batch.group_id, ~failed_rows(batch)) > 0
     assert (credit[failed & ~may_gain] <= 1e-12).all(), f"{name} credits a failed response's tokens"
 
 

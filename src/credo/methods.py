@@ -22,6 +22,7 @@ from credo.batch import FIELD_SOURCES, RolloutBatch
 from credo.credit import EntropySelection, GroupAdvantage, OracleBlameAdvantage, ResetAdvantage, RevisionAdvantage
 from credo.credit.base import CreditEstimator, Metrics
 from credo.credit.entropy_weights import EntropyWeightedAdvantage
+from credo.credit.key_tokens import KeyTokenAdvantage
 from credo.credit.vine import VineAdvantage
 from credo.losses import LambdaLoss, LossOutput, PolicyLoss, PPOClipLoss, ReinforceLoss, TraceLoss
 from credo.registry import Registry
@@ -270,4 +271,9 @@ _add(Method(
     "vine", "value", "2410.01679",
     "VinePPO: each thought's tokens get the change in a Monte-Carlo value (K continuations per state), whitened",
     VineSampler(), VineAdvantage(), PPOClipLoss(agg="token_mean"),
+))
+_add(Method(
+    "ktae", "token", "2505.16826",
+    "adds a key-token value in (-1, 1) to each token's advantage: how strongly its presence goes with success",
+    GroupSampler(), KeyTokenAdvantage(), PPOClipLoss(),
 ))

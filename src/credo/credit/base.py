@@ -20,7 +20,9 @@ class CreditEstimator(Protocol):
 
     It declares the optional `RolloutBatch` fields it needs filled (`reads`, e.g. the behaviour policy's
     `entropy`: the trainer then scores them before credit) and those it fills (`writes`), by the names of
-    `credo.batch.FIELD_SOURCES`; `credo.methods.Method` derives what a method needs from them.
+    `credo.batch.FIELD_SOURCES`; `credo.methods.Method` derives what a method needs from them. One that reads the
+    sampled tokens themselves (`response_ids`, which every runner fills except verl's advantage-estimator
+    interface) also sets `reads_token_ids = True`; without it, it reads none.
     """
 
     reads: frozenset[str]

@@ -19,8 +19,8 @@ in the environment of every node (verl imports the named modules whenever it is 
 
 What verl passes, and so what the adapters can use (verl 0.9.1):
 - estimator: `token_level_rewards` (B, T) (the row reward is their sum), `response_mask` (B, T), `index`
-  (B,) (the prompt uid of each row: credo's `group_id`), `config` (verl's AlgoConfig). No old log-probs,
-  no entropies, no non-tensor fields.
+  (B,) (the prompt uid of each row: credo's `group_id`), `config` (verl's AlgoConfig). No responses (token
+  ids), no old log-probs, no entropies, no non-tensor fields.
 - policy loss: `old_log_prob`, `log_prob`, `advantages`, `response_mask` (B, T), `loss_agg_mode`, `config`
   (the ActorConfig, whose `global_batch_info` holds the mini-batch's normalisers) and
   `rollout_is_weights`. No entropies, no reference log-probs (verl adds its KL loss itself).
@@ -65,12 +65,14 @@ reward functions return no step checker's `blame_start`, and no entropies)."""
 def refusal(method: Method) -> str | None:
     """Why verl's interfaces cannot carry `method`, or None if they can (asked of the method's parts).
 
-    i.i.d. group methods: the estimator sees rewards, masks and uids only, and only `advantages` reach the
-    policy loss. Reset and revision methods run credo's sampler and estimator in their agent loop
-    (`AGENT_LOOPS`), which hands each row's advantage and trained-token mask over."""
+    i.i.d. group methods: the estimator sees rewards, masks and uids only (not even the token ids), and only
+    `advantages` reach the policy loss. Reset and revision methods run credo's sampler and estimator in their
+    agent loop (`AGENT_LOOPS`), which hands each row's advantage and trained-token mask over."""
     if method.sampler.name in AGENT_LOOPS:
         available, carried = AGENT_LOOP_FIELDS | method.sampler.records, {"advantages", "loss_mask"}
     elif method.sampler.iid:
+        if getattr(method.estimator, "reads_token_ids", False):
+            return "its estimator reads the sampled token ids, which verl does not pass to an advantage estimator"
         available, carried = ESTIMATOR_FIELDS, {"advantages"}
     else:
         return f"it draws {method.sampler.draws}, for which credo has no verl agent loop"
