@@ -52,6 +52,9 @@ def random_batch(
     values = torch.rand(B, T + 1, generator=gen, dtype=dtype).gather(1, segments.clamp(min=0))  # one per step
     fields.update(segment_ids=segments, step_values=torch.where(response_mask, values, 0.0))
     blame = (torch.rand(B, generator=gen) * (lengths + 2)).long() - 1  # -1 (no wrong step) .. length
+    pi = fields["old_logp"].exp()  # the sampled token's probability: sum_v pi_v^2 in [pi^2, pi^2 + (1 - pi)^2]
+    spread = torch.rand(B, T, generator=gen, dtype=dtype) * (1 - pi).square()
+    fields.update(sum_pi_squared=torch.where(response_mask, pi.square() + spread, 0.0))
     return RolloutBatch(**fields, blame_start=blame.clamp(max=lengths))
 
 

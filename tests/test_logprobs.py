@@ -1,4 +1,5 @@
-"""Chunked token log-probs and entropies against the naive full-vocabulary log_softmax."""
+"""Chunked token log-probs and next-token statistics (entropies, sums of squared probabilities) against the
+naive full-vocabulary softmax."""
 
 from __future__ import annotations
 
@@ -7,21 +8,28 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from credo.logprobs import token_logprobs
+from credo.logprobs import STATISTICS, token_logprobs
 
 F64 = torch.float64
 TIGHT = dict(rtol=1e-10, atol=1e-10)
 
 
 def naive_token_logprobs(hidden, weight, targets, *, temperature=1.0, bias=None):
-    """The reference: full (..., V) logits, log_softmax, gather; entropy via softmax."""
+    """The reference: full (..., V) logits, log_softmax, gather; the statistics via softmax."""
     logits = hidden @ weight.T
     if bias is not None:
         logits = logits + bias
     logp_all = torch.log_softmax(logits / temperature, dim=-1)
     logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    entropy = -(logp_all.exp() * logp_all).sum(-1)
-    return logp, entropy.detach()
+    probs = torch.softmax(logits / temperature, dim=-1)
+    stats = {"entropy": -(probs * logp_all).sum(-1), "sum_pi_squared": probs.square().sum(-1)}
+    return logp, {name: value.detach() for name, value in stats.items()}
+
+
+def assert_statistics_close(stats, ref, **tolerances):
+    assert set(stats) == set(STATISTICS)
+    for name in STATISTICS:
+        torch.testing.assert_close(stats[name], ref[name], **tolerances)
 
 
 def make_inputs(lead, hidden_size=6, vocab=13, *, seed=0, dtype=F64, bias=False, scale=1.0):
@@ -50,22 +58,26 @@ def chunk_sizes(n):
 @pytest.mark.parametrize("lead", SHAPES, ids=str)
 def test_matches_naive_float64(lead, temperature):
     h, w, _, y, g = make_inputs(lead, seed=len(lead) * 100 + lead[-1])
-    ref_logp, ref_ent = naive_token_logprobs(h, w, y, temperature=temperature)
+    ref_logp, ref_stats = naive_token_logprobs(h, w, y, temperature=temperature)
     ref_gh, ref_gw = grads(ref_logp, g, (h, w))
     n = y.numel()
     for chunk in chunk_sizes(n):
-        logp, ent = token_logprobs(h, w, y, temperature=temperature, chunk_tokens=chunk, with_entropy=True)
-        assert logp.shape == y.shape and ent.shape == y.shape
-        assert logp.dtype == F64 and ent.dtype == F64
+        logp, stats = token_logprobs(h, w, y, temperature=temperature, chunk_tokens=chunk, statistics=STATISTICS)
+        assert logp.shape == y.shape and all(v.shape == y.shape for v in stats.values())
+        assert logp.dtype == F64 and all(v.dtype == F64 for v in stats.values())
         torch.testing.assert_close(logp, ref_logp, **TIGHT)
-        torch.testing.assert_close(ent, ref_ent, **TIGHT)
-        assert not ent.requires_grad
+        assert_statistics_close(stats, ref_stats, **TIGHT)
+        assert not any(v.requires_grad for v in stats.values())
         gh, gw = grads(logp, g, (h, w))
         torch.testing.assert_close(gh, ref_gh, **TIGHT)
         torch.testing.assert_close(gw, ref_gw, **TIGHT)
-        # without entropies: the same log-probs and gradients (the other forward branch)
+        for name in STATISTICS:  # each alone: the same value (the others' in-place steps are skipped)
+            alone = token_logprobs(h, w, y, temperature=temperature, chunk_tokens=chunk, statistics=[name])[1]
+            assert list(alone) == [name]
+            torch.testing.assert_close(alone[name], ref_stats[name], **TIGHT)
+        # without statistics: the same log-probs and gradients (the other forward branch)
         logp2, none = token_logprobs(h, w, y, temperature=temperature, chunk_tokens=chunk)
-        assert none is None
+        assert none == {}
         torch.testing.assert_close(logp2, ref_logp, **TIGHT)
         gh2, gw2 = grads(logp2, g, (h, w))
         torch.testing.assert_close(gh2, ref_gh, **TIGHT)
@@ -76,10 +88,10 @@ def test_matches_naive_float64(lead, temperature):
 @pytest.mark.parametrize("chunk", [1, 4, 50])
 def test_bias_matches_naive(chunk, temperature):
     h, w, b, y, g = make_inputs((3, 4), bias=True, seed=7)
-    ref_logp, ref_ent = naive_token_logprobs(h, w, y, temperature=temperature, bias=b)
-    logp, ent = token_logprobs(h, w, y, temperature=temperature, chunk_tokens=chunk, with_entropy=True, bias=b)
+    ref_logp, ref_stats = naive_token_logprobs(h, w, y, temperature=temperature, bias=b)
+    logp, stats = token_logprobs(h, w, y, temperature=temperature, chunk_tokens=chunk, statistics=STATISTICS, bias=b)
     torch.testing.assert_close(logp, ref_logp, **TIGHT)
-    torch.testing.assert_close(ent, ref_ent, **TIGHT)
+    assert_statistics_close(stats, ref_stats, **TIGHT)
     for got, ref in zip(grads(logp, g, (h, w, b)), grads(ref_logp, g, (h, w, b))):
         torch.testing.assert_close(got, ref, **TIGHT)
 
@@ -95,10 +107,10 @@ def test_bias_matches_naive(chunk, temperature):
 )
 def test_random_shapes_match_naive(lead, hidden_size, vocab, chunk, temperature, seed):
     h, w, _, y, g = make_inputs(tuple(lead), hidden_size, vocab, seed=seed)
-    ref_logp, ref_ent = naive_token_logprobs(h, w, y, temperature=temperature)
-    logp, ent = token_logprobs(h, w, y, temperature=temperature, chunk_tokens=chunk, with_entropy=True)
+    ref_logp, ref_stats = naive_token_logprobs(h, w, y, temperature=temperature)
+    logp, stats = token_logprobs(h, w, y, temperature=temperature, chunk_tokens=chunk, statistics=STATISTICS)
     torch.testing.assert_close(logp, ref_logp, **TIGHT)
-    torch.testing.assert_close(ent, ref_ent, **TIGHT)
+    assert_statistics_close(stats, ref_stats, **TIGHT)
     for got, ref in zip(grads(logp, g, (h, w)), grads(ref_logp, g, (h, w))):
         torch.testing.assert_close(got, ref, **TIGHT)
 
@@ -117,13 +129,13 @@ def test_gradcheck(with_bias):
 
 def test_bfloat16_inputs():
     h, w, _, y, g = make_inputs((4, 9), hidden_size=32, vocab=300, seed=11, dtype=torch.bfloat16)
-    logp, ent = token_logprobs(h, w, y, temperature=0.8, chunk_tokens=5, with_entropy=True)
-    assert logp.dtype == torch.float32 and ent.dtype == torch.float32
+    logp, stats = token_logprobs(h, w, y, temperature=0.8, chunk_tokens=5, statistics=STATISTICS)
+    assert logp.dtype == torch.float32 and all(v.dtype == torch.float32 for v in stats.values())
     # the same bf16 values in float32, naively: only float32 summation order differs
     h32, w32 = h.detach().float().requires_grad_(), w.detach().float().requires_grad_()
-    ref_logp, ref_ent = naive_token_logprobs(h32, w32, y, temperature=0.8)
+    ref_logp, ref_stats = naive_token_logprobs(h32, w32, y, temperature=0.8)
     torch.testing.assert_close(logp, ref_logp, rtol=1e-4, atol=1e-4)
-    torch.testing.assert_close(ent, ref_ent, rtol=1e-4, atol=1e-4)
+    assert_statistics_close(stats, ref_stats, rtol=1e-4, atol=1e-4)
     gh, gw = grads(logp, g, (h, w))
     assert gh.dtype == torch.bfloat16 and gw.dtype == torch.bfloat16
     ref_gh, ref_gw = grads(ref_logp, g, (h32, w32))
@@ -143,11 +155,11 @@ def test_autocast_keeps_float32_logits():
 
 def test_large_logits_are_stable():
     h, w, _, y, g = make_inputs((12,), seed=9, scale=300.0)  # logits in the hundreds
-    ref_logp, ref_ent = naive_token_logprobs(h, w, y, temperature=0.5)
-    logp, ent = token_logprobs(h, w, y, temperature=0.5, chunk_tokens=5, with_entropy=True)
-    assert torch.isfinite(logp).all() and torch.isfinite(ent).all()
+    ref_logp, ref_stats = naive_token_logprobs(h, w, y, temperature=0.5)
+    logp, stats = token_logprobs(h, w, y, temperature=0.5, chunk_tokens=5, statistics=STATISTICS)
+    assert torch.isfinite(logp).all() and all(torch.isfinite(v).all() for v in stats.values())
     torch.testing.assert_close(logp, ref_logp, **TIGHT)
-    torch.testing.assert_close(ent, ref_ent, **TIGHT)
+    assert_statistics_close(stats, ref_stats, **TIGHT)
     for got, ref in zip(grads(logp, g, (h, w)), grads(ref_logp, g, (h, w))):
         torch.testing.assert_close(got, ref, **TIGHT)
 
@@ -160,8 +172,8 @@ def test_frozen_head_and_no_grad():
     ref_logp, _ = naive_token_logprobs(h, w, y)
     torch.testing.assert_close(gh, grads(ref_logp, g, (h,))[0], **TIGHT)
     with torch.no_grad():
-        logp, ent = token_logprobs(h, w, y, with_entropy=True)
-    assert not logp.requires_grad and not ent.requires_grad
+        logp, stats = token_logprobs(h, w, y, statistics=STATISTICS)
+    assert not logp.requires_grad and not any(v.requires_grad for v in stats.values())
 
 
 def test_tied_embedding_gradient_accumulates():
@@ -184,8 +196,8 @@ def test_empty_batch():
     h, w, _, _, _ = make_inputs((3,), seed=1)
     h0 = h.detach()[:0].requires_grad_()
     y0 = torch.zeros(0, dtype=torch.long)
-    logp, ent = token_logprobs(h0, w, y0, with_entropy=True)
-    assert logp.shape == (0,) and ent.shape == (0,)
+    logp, stats = token_logprobs(h0, w, y0, statistics=STATISTICS)
+    assert logp.shape == (0,) and all(v.shape == (0,) for v in stats.values())
     gh, gw = torch.autograd.grad(logp.sum(), (h0, w))
     assert gh.shape == (0, 6) and torch.equal(gw, torch.zeros_like(w))
 
@@ -207,7 +219,7 @@ def test_never_materialises_all_logits():
     n, chunk, vocab = 64, 8, 200
     h, w, _, y, g = make_inputs((n,), hidden_size=4, vocab=vocab, seed=0, dtype=torch.float32)
     with LargestOutput():
-        logp, _ = token_logprobs(h, w, y, chunk_tokens=chunk, with_entropy=True)
+        logp, _ = token_logprobs(h, w, y, chunk_tokens=chunk, statistics=STATISTICS)
         (logp * g.float()).sum().backward()
     assert h.grad is not None and w.grad is not None
     assert LargestOutput.largest == chunk * vocab  # one chunk of logits: the largest tensor made
@@ -221,6 +233,8 @@ def test_never_materialises_all_logits():
         (dict(temperature=0.0), ValueError),
         (dict(temperature=float("nan")), ValueError),
         (dict(bias=torch.zeros(5, dtype=F64)), ValueError),
+        (dict(statistics=("variance",)), ValueError),
+        (dict(statistics="entropy"), ValueError),
     ],
 )
 def test_rejects_bad_arguments(kwargs, error):

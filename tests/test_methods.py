@@ -29,8 +29,8 @@ def method_for_padding(name):
 
 def pad_batch(batch: RolloutBatch, extra: int) -> RolloutBatch:
     fields = {}
-    for name in ("response_ids", "old_logp", "entropy", "ref_logp", "response_mask", "loss_mask", "edit_mask",
-                 "step_values", "segment_ids"):
+    for name in ("response_ids", "old_logp", "entropy", "sum_pi_squared", "ref_logp", "response_mask", "loss_mask",
+                 "edit_mask", "step_values", "segment_ids"):
         value = getattr(batch, name)
         fill = False if value.dtype == torch.bool else -1 if name == "segment_ids" else 0
         fields[name] = F.pad(value, (0, extra), value=fill)

@@ -7,6 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from credo.logprobs import STATISTICS
 from credo.microbatch import micro_batches
 from credo.policy import policy_logprobs
 
@@ -55,15 +56,16 @@ def test_trimmed_pass_equals_the_padded_one():
     response_mask = torch.cat([response_mask, torch.zeros(3, 5, dtype=torch.bool)], dim=1)  # 5 more
     prompt_ids = torch.randint(1, 50, prompt_mask.shape) * prompt_mask
     response_ids = torch.randint(1, 50, response_mask.shape) * response_mask
-    logp, entropy = policy_logprobs(model, prompt_ids, prompt_mask, response_ids, response_mask, temperature=1.0,
-                                    chunk_tokens=7, with_entropy=True)
-    assert logp.shape == entropy.shape == response_ids.shape
+    logp, stats = policy_logprobs(model, prompt_ids, prompt_mask, response_ids, response_mask, temperature=1.0,
+                                  chunk_tokens=7, statistics=STATISTICS)
+    assert logp.shape == response_ids.shape and all(v.shape == response_ids.shape for v in stats.values())
     for row, (p, r) in enumerate([(3, 4), (5, 2), (2, 6)]):  # each row alone, no padding at all
-        alone, alone_entropy = policy_logprobs(
+        alone, alone_stats = policy_logprobs(
             model, prompt_ids[row : row + 1, -p:], prompt_mask[row : row + 1, -p:], response_ids[row : row + 1, :r],
-            response_mask[row : row + 1, :r], temperature=1.0, chunk_tokens=7, with_entropy=True)
+            response_mask[row : row + 1, :r], temperature=1.0, chunk_tokens=7, statistics=STATISTICS)
         assert torch.allclose(logp[row, :r], alone[0], atol=1e-5)
-        assert torch.allclose(entropy[row, :r], alone_entropy[0], atol=1e-5)
+        for name in STATISTICS:
+            assert torch.allclose(stats[name][row, :r], alone_stats[name][0], atol=1e-5), name
     assert torch.equal(logp[:, 6:], torch.zeros(3, 5))  # the all-padding columns were not computed
 
 

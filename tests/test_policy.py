@@ -6,6 +6,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from credo.logprobs import STATISTICS
 from credo.policy import policy_logprobs
 from credo.rollout.generate import left_pad, right_pad
 
@@ -32,17 +33,18 @@ def test_shared_prompts_give_each_rows_own_logprobs_and_gradients(attention):
     model = tiny_llama(attention)
     rows, prompt_ids, prompt_mask, response_ids, response_mask = grouped_rows()
     weights = torch.randn(response_ids.shape, generator=torch.Generator().manual_seed(2))
-    logp, entropy = policy_logprobs(model, prompt_ids, prompt_mask, response_ids, response_mask, temperature=0.7,
-                                    chunk_tokens=5, with_entropy=True)
+    logp, stats = policy_logprobs(model, prompt_ids, prompt_mask, response_ids, response_mask, temperature=0.7,
+                                  chunk_tokens=5, statistics=STATISTICS)
     (logp * weights * response_mask).sum().backward()
     shared_grads = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad()
     for i, (prompt, response) in enumerate(rows):  # each row alone: no padding, no sharing
-        alone, alone_entropy = policy_logprobs(
+        alone, alone_stats = policy_logprobs(
             model, torch.tensor([prompt]), torch.ones(1, len(prompt), dtype=torch.bool), torch.tensor([response]),
-            torch.ones(1, len(response), dtype=torch.bool), temperature=0.7, chunk_tokens=5, with_entropy=True)
+            torch.ones(1, len(response), dtype=torch.bool), temperature=0.7, chunk_tokens=5, statistics=STATISTICS)
         assert torch.allclose(logp[i, : len(response)], alone[0], atol=1e-5)
-        assert torch.allclose(entropy[i, : len(response)], alone_entropy[0], atol=1e-5)
+        for name in STATISTICS:
+            assert torch.allclose(stats[name][i, : len(response)], alone_stats[name][0], atol=1e-5), name
         (alone[0] * weights[i, : len(response)]).sum().backward()
     for name, param in model.named_parameters():
         assert torch.allclose(shared_grads[name], param.grad, atol=1e-5, rtol=1e-4), name

@@ -64,7 +64,7 @@ class EntropyReader(GroupAdvantage):
 def test_needs_follow_the_fields_a_new_estimator_declares():
     method = Method("new", "token", "0000.00000", "reads entropies", GroupSampler(), EntropyReader(),
                     METHODS.get("grpo").loss)
-    assert method.reads_entropy and method.needs == {"entropy"}
+    assert method.behaviour_statistics == method.needs == {"entropy"}
     assert trl_adapter.refusal(method) is None
     assert "entropies" in verl_adapter.refusal(method)
 

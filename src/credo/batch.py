@@ -33,6 +33,7 @@ from torch import Tensor
 FIELD_SOURCES: dict[str, str] = {
     "correct": "the verifier's verdicts",
     "entropy": "the behaviour policy's token entropies",
+    "sum_pi_squared": "the behaviour policy's sums of squared next-token probabilities",
     "ref_logp": "a frozen reference policy's log-probs",
     "blame_start": "a task's step checker: the first wrong step of every failure",
     "prefix_len": "the reset sampler's kept prefixes",
@@ -49,7 +50,7 @@ record by these names (`reads`, `writes`, `records`); `credo.methods.Method` der
 them, and the trainer, the config and the engine adapters check those needs instead of the method's name."""
 
 # Fields by role; used for validation and for selecting rows (mini-batches).
-_TOKEN_FLOAT = ("old_logp", "entropy", "ref_logp", "advantages", "step_values")
+_TOKEN_FLOAT = ("old_logp", "entropy", "sum_pi_squared", "ref_logp", "advantages", "step_values")
 _TOKEN_BOOL = ("response_mask", "loss_mask", "trace_mask", "edit_mask")
 _ROW_FLOAT = ("rewards", "revision_success")
 _PROMPT = ("prompt_ids", "prompt_mask")
@@ -76,6 +77,8 @@ class RolloutBatch:
     """(B, T) bool subset of `response_mask`: tokens that receive gradient; None means `response_mask`."""
     entropy: Tensor | None = None
     """(B, T) float >= 0: entropy of the behaviour policy's next-token distribution (S-trace)."""
+    sum_pi_squared: Tensor | None = None
+    """(B, T) float in [0, 1]: `sum_v pi(v)^2` of the behaviour policy's next-token distribution (OTB)."""
     ref_logp: Tensor | None = None
     """(B, T) float: log-probs under a frozen reference policy (KL penalty)."""
     correct: Tensor | None = None
@@ -208,6 +211,10 @@ def _validate(batch: RolloutBatch) -> None:
         _fail("group_id", f"must be >= 0: {_first_position(batch.group_id < 0)}")
     if batch.entropy is not None and (batch.entropy < 0).any():
         _fail("entropy", f"must be >= 0: {_first_position(batch.entropy < 0)}")
+    if batch.sum_pi_squared is not None:
+        s = batch.sum_pi_squared
+        if ((s < 0) | (s > 1)).any():
+            _fail("sum_pi_squared", f"must lie in [0, 1]: {_first_position((s < 0) | (s > 1))}")
     if batch.revision_success is not None:
         s = batch.revision_success
         if ((s < 0) | (s > 1)).any():

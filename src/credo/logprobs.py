@@ -1,18 +1,21 @@
-"""Per-token log-probs and entropies from a causal LM's final hidden states, one chunk of tokens at a time.
+"""Per-token log-probs, and statistics of the next-token distribution, from a causal LM's final hidden states,
+one chunk of tokens at a time.
 
 `token_logprobs(hidden, weight, targets)` returns, for every position,
 
     logp_i = log softmax(z_i)[y_i],        z_i = (h_i @ W.T + b) / tau         (tau: the sampling temperature)
 
-and, on request, the entropy of that tempered distribution, `H_i = lse(z_i) - sum_v p_iv z_iv` with
-`p_i = softmax(z_i)`. It serves credo's trainer twice per step: the old log-probs and entropies of a rollout
-batch (no grad), and the current log-probs, with grad, in the policy update.
+and, on request (`statistics`, names from `STATISTICS`), statistics of that tempered distribution
+`p_i = softmax(z_i)`: its entropy `H_i = lse(z_i) - sum_v p_iv z_iv` and its sum of squares
+`sum_v p_iv^2 = sum_v e^{2 z_iv} / (sum_v e^{z_iv})^2` (OTB's logit-gradient energy, arXiv 2602.07078). It
+serves credo's trainer twice per step: the old log-probs and the statistics a method reads of a rollout batch
+(no grad), and the current log-probs, with grad, in the policy update.
 
 Why chunked: the logits of a whole batch are huge. B*T*V*4 bytes in float32: 64 rows * 1024 tokens * a
 49,152-word vocabulary are 12.9 GB, and the naive `log_softmax(hidden @ W.T)` keeps two or three such
 tensors alive (logits, log-softmax, and in backward its gradient). Here the flattened N tokens are cut into
 chunks of `chunk_tokens`; only one chunk's float32 logits, (chunk_tokens, V), exist at a time (two while
-entropies are computed), in forward and in backward.
+statistics are computed, whichever and however many), in forward and in backward.
 
 Forward, per chunk: the logits in float32 (hidden and weight upcast when they are bf16/fp16; float64 stays
 float64), shifted by their row max in place; the target logit is gathered; `exp` and its row sum give the
@@ -30,7 +33,7 @@ Backward recomputes each chunk's logits from the saved inputs, turns them into t
 `grad_hidden` is written chunk by chunk; `grad_W` and `grad_b` are accumulated in the compute dtype (float32
 for bf16 inputs) and cast to the input dtypes at the end. The cost is one extra logits matmul per step (the
 recomputation), the price of never storing (N, V). The function is differentiable once (no double
-backward); the entropy carries no gradient.
+backward); the statistics carry no gradient.
 
 Autocast is switched off inside (so a surrounding `torch.autocast` cannot turn the float32 logits back into
 bf16). Memory held besides one chunk: a float32 copy of `weight` when it is not float32 (V*H*4 bytes, 113 MB
@@ -41,12 +44,18 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Collection
 
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-__all__ = ["token_logprobs"]
+__all__ = ["STATISTICS", "token_logprobs"]
+
+STATISTICS = ("entropy", "sum_pi_squared")
+"""The per-token statistics of the tempered next-token distribution `token_logprobs` computes on request, by
+the names of the `RolloutBatch` fields they fill: the entropy (>= 0) and the sum of squared probabilities (in
+[0, 1]), each clamped to its range against round-off."""
 
 
 def _compute_dtype(*tensors: Tensor | None) -> torch.dtype:
@@ -74,7 +83,7 @@ def _chunk_logits(h: Tensor, w: Tensor, b: Tensor | None, temperature: float) ->
 
 class _ChunkedTokenLogprob(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden, weight, bias, targets, temperature, chunk_tokens, with_entropy):
+    def forward(ctx, hidden, weight, bias, targets, temperature, chunk_tokens, statistics):
         cdtype = _compute_dtype(hidden, weight, bias)
         H = hidden.shape[-1]
         h2 = hidden.reshape(-1, H)
@@ -82,7 +91,7 @@ class _ChunkedTokenLogprob(torch.autograd.Function):
         n = y.numel()
         logp = torch.empty(n, dtype=cdtype, device=hidden.device)
         lse = torch.empty(n, dtype=cdtype, device=hidden.device)
-        ent = torch.empty(n, dtype=cdtype, device=hidden.device) if with_entropy else None
+        stats = {name: torch.empty(n, dtype=cdtype, device=hidden.device) for name in statistics}
         with _no_autocast(hidden.device):
             w = weight.to(cdtype)
             b = bias.to(cdtype) if bias is not None else None
@@ -92,14 +101,16 @@ class _ChunkedTokenLogprob(torch.autograd.Function):
                 m = z.amax(dim=-1, keepdim=True)
                 z.sub_(m)  # z' = z - max: every exp below is <= 1
                 z_target = z.gather(1, y[s:e, None]).squeeze(1)
-                if with_entropy:
-                    p = torch.exp(z)  # unnormalised softmax, a second (c, V) buffer
-                    total = p.sum(dim=-1)
-                    dot = p.mul_(z).sum(dim=-1)  # sum_v e^{z'_v} z'_v
-                    del p
+                if stats:
+                    p = torch.exp(z)  # unnormalised softmax e^{z'}, a second (c, V) buffer
+                    total = p.sum(dim=-1)  # S = sum_v e^{z'_v} >= 1
                     log_total = total.log()
-                    # H = -sum p log p with p = e^{z'} / S, log p = z' - log S: H = log S - sum e^{z'} z' / S
-                    ent[s:e] = log_total - dot / total
+                    if "entropy" in stats:
+                        # H = -sum p log p with p = e^{z'} / S, log p = z' - log S: H = log S - sum e^{z'} z' / S
+                        stats["entropy"][s:e] = (log_total - z.mul_(p).sum(dim=-1) / total).clamp_(min=0)
+                    if "sum_pi_squared" in stats:
+                        stats["sum_pi_squared"][s:e] = (p.square_().sum(dim=-1) / total.square()).clamp_(0, 1)
+                    del p
                 else:
                     log_total = z.exp_().sum(dim=-1).log()
                 del z
@@ -108,16 +119,13 @@ class _ChunkedTokenLogprob(torch.autograd.Function):
         ctx.save_for_backward(hidden, weight, bias, targets, lse)
         ctx.temperature = temperature
         ctx.chunk_tokens = chunk_tokens
-        logp = logp.view(targets.shape)
-        if ent is None:
-            return logp, None
-        ent = ent.view(targets.shape)
-        ctx.mark_non_differentiable(ent)
-        return logp, ent
+        values = tuple(stats[name].view(targets.shape) for name in statistics)
+        ctx.mark_non_differentiable(*values)
+        return (logp.view(targets.shape), *values)
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad_logp, _grad_entropy):
+    def backward(ctx, grad_logp, *_grad_statistics):
         hidden, weight, bias, targets, lse = ctx.saved_tensors
         need_h, need_w, need_b = ctx.needs_input_grad[:3]
         if not (need_h or need_w or need_b):
@@ -164,17 +172,17 @@ def token_logprobs(
     *,
     temperature: float = 1.0,
     chunk_tokens: int = 1024,
-    with_entropy: bool = False,
+    statistics: Collection[str] = (),
     bias: Tensor | None = None,
-) -> tuple[Tensor, Tensor | None]:
+) -> tuple[Tensor, dict[str, Tensor]]:
     """hidden (..., H) final hidden states at the positions that predict `targets` (...) ; weight (V, H) the
-    LM head (tied or not); returns logp (...) = log softmax(hidden @ weight.T / temperature)[target] and, when
-    with_entropy, the entropy (...) of that tempered distribution (no grad through entropy).
+    LM head (tied or not); returns logp (...) = log softmax(hidden @ weight.T / temperature)[target] and a dict
+    of the requested `statistics` (names from `STATISTICS`), each (...), of that tempered distribution (no grad).
 
     `bias` (V,), optional, is added to the logits before the temperature (with gradient). The outputs are
     float32 (float64 when an input is float64), whatever the input dtypes; gradients come back in the
     dtypes of `hidden`, `weight` and `bias`. At most `chunk_tokens` tokens' logits exist at once (two such
-    buffers while entropies are computed), in forward and in backward. Targets must lie in [0, V): pad
+    buffers while statistics are computed), in forward and in backward. Targets must lie in [0, V): pad
     positions need a valid id (e.g. the pad token's) and a zero weight in the loss.
     """
     if not (hidden.is_floating_point() and weight.is_floating_point()):
@@ -194,4 +202,8 @@ def token_logprobs(
         raise ValueError(f"temperature = {temperature!r} must be a positive finite number")
     if isinstance(chunk_tokens, bool) or not isinstance(chunk_tokens, int) or chunk_tokens < 1:
         raise ValueError(f"chunk_tokens = {chunk_tokens!r} must be a positive int")
-    return _ChunkedTokenLogprob.apply(hidden, weight, bias, targets, temperature, chunk_tokens, bool(with_entropy))
+    if isinstance(statistics, str) or not set(statistics) <= set(STATISTICS):
+        raise ValueError(f"statistics = {statistics!r} must be a collection of names from {STATISTICS}")
+    names = tuple(name for name in STATISTICS if name in statistics)
+    logp, *values = _ChunkedTokenLogprob.apply(hidden, weight, bias, targets, temperature, chunk_tokens, names)
+    return logp, dict(zip(names, values))

@@ -24,6 +24,7 @@ from credo.credit.base import CreditEstimator, Metrics
 from credo.credit.entropy_weights import EntropyWeightedAdvantage
 from credo.credit.key_tokens import KeyTokenAdvantage
 from credo.credit.vine import VineAdvantage
+from credo.logprobs import STATISTICS
 from credo.losses import LambdaLoss, LossOutput, PolicyLoss, PPOClipLoss, ReinforceLoss, TraceLoss
 from credo.registry import Registry
 from credo.rollout.samplers import RolloutConfig, Sampler
@@ -43,10 +44,11 @@ FAMILIES: dict[str, str] = {
 }
 """The method families (`Method.family`), each in one phrase."""
 
-TRAINER_FIELDS = frozenset({"correct", "entropy", "ref_logp"})
-"""Optional batch fields credo's trainer fills for any method (the verdicts; the behaviour policy's entropies,
-scored before credit when the method reads them; the frozen starting policy's log-probs when the loss has a
-KL penalty, `kl_beta > 0`); `blame_start` too on a task with a step checker."""
+TRAINER_FIELDS = frozenset({"correct", "ref_logp", *STATISTICS})
+"""Optional batch fields credo's trainer fills for any method (the verdicts; the behaviour policy's per-token
+statistics, `credo.logprobs.STATISTICS`: entropies and sums of squared probabilities, scored before credit when
+the method reads them; the frozen starting policy's log-probs when the loss has a KL penalty, `kl_beta > 0`);
+`blame_start` too on a task with a step checker."""
 
 
 @dataclass(frozen=True)
@@ -92,9 +94,10 @@ class Method:
         return self.reads - self.sampler.records
 
     @property
-    def reads_entropy(self) -> bool:
-        """Whether credit reads the behaviour policy's entropies (scored before credit, once per batch)."""
-        return "entropy" in self.needs
+    def behaviour_statistics(self) -> frozenset[str]:
+        """The behaviour policy's per-token statistics the method needs (`credo.logprobs.STATISTICS`: entropies,
+        sums of squared probabilities), scored with its log-probs before credit, once per rollout batch."""
+        return self.needs & frozenset(STATISTICS)
 
     def missing(self, available: frozenset[str] | set[str]) -> list[str]:
         """What a runner that fills `available` lacks for this method, each as "field (its source)"."""

@@ -1,9 +1,10 @@
-"""The policy's token log-probs and entropies for a batch of prompts and responses (chunked over tokens), and the
-frozen reference policy of a KL penalty (`ReferencePolicy`)."""
+"""The policy's token log-probs, and statistics of its next-token distributions, for a batch of prompts and
+responses (chunked over tokens), and the frozen reference policy of a KL penalty (`ReferencePolicy`)."""
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Collection
 
 import torch
 from torch import Tensor
@@ -29,10 +30,11 @@ def policy_logprobs(
     *,
     temperature: float,
     chunk_tokens: int,
-    with_entropy: bool = False,
+    statistics: Collection[str] = (),
     autocast: bool = False,
-) -> tuple[Tensor, Tensor | None]:
-    """(B, T) log-probs of the response tokens under `model` at `temperature` (and entropies).
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """(B, T) log-probs of the response tokens under `model` at `temperature`, and the requested `statistics`
+    of the next-token distributions, each (B, T) (`credo.logprobs.STATISTICS`: entropies, sums of squares).
 
     The decoder runs once over prompt + response; the LM head is applied in chunks of `chunk_tokens`
     (`credo.logprobs.token_logprobs`), so the (B, T, V) logits never exist in full. Columns that are padding
@@ -44,18 +46,18 @@ def policy_logprobs(
     width = int(response_mask.any(dim=0).nonzero().max()) + 1 if bool(response_mask.any()) else 1
     T = response_ids.shape[1]
     if first > 0 or width < T:
-        logp, entropy = policy_logprobs(
+        logp, stats = policy_logprobs(
             model, prompt_ids[:, first:], prompt_mask[:, first:], response_ids[:, :width], response_mask[:, :width],
-            temperature=temperature, chunk_tokens=chunk_tokens, with_entropy=with_entropy, autocast=autocast,
+            temperature=temperature, chunk_tokens=chunk_tokens, statistics=statistics, autocast=autocast,
         )
         pad = (0, T - width)
-        return torch.nn.functional.pad(logp, pad), None if entropy is None else torch.nn.functional.pad(entropy, pad)
+        return torch.nn.functional.pad(logp, pad), {name: torch.nn.functional.pad(v, pad) for name, v in stats.items()}
     with torch.autocast(device_type=prompt_ids.device.type, dtype=torch.bfloat16, enabled=autocast):
         predicting = decoder_states(model.get_decoder(), prompt_ids, prompt_mask, response_ids, response_mask)
     head = model.get_output_embeddings()
     return token_logprobs(
         predicting, head.weight, response_ids, temperature=temperature, chunk_tokens=chunk_tokens,
-        with_entropy=with_entropy, bias=head.bias,
+        statistics=statistics, bias=head.bias,
     )
 
 

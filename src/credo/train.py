@@ -1,7 +1,7 @@
 """The trainer: sample groups -> verify -> credit -> update, one rollout batch per step.
 
 `train(config, run_dir)` reads top to bottom: each step samples `prompts_per_step` groups, verifies them,
-scores the behaviour policy's log-probs and entropies once (and a frozen reference policy's log-probs, for a
+scores the behaviour policy's log-probs and token statistics once (and a frozen reference policy's log-probs, for a
 loss with a KL penalty), runs the method's credit estimator once, then takes `minibatches * epochs` optimiser
 steps with the method's loss. Metrics (to metrics.jsonl and the trackers of `train.report_to`), samples,
 evaluations (every `train.eval_every` steps, and at the rollout-token checkpoints of `train.eval_every_tokens`)
@@ -59,9 +59,10 @@ class Trainer:
     backend: object
     """The generation backend (`credo.models.make_backend`)."""
     on_policy: bool
-    """One optimiser step per rollout batch and a credit estimator that reads no entropies: the policy being
-    updated is the one that sampled, so the update's own forward pass gives the behaviour log-probs
-    (`old_logp = logp.detach()`, TRL's on-policy convention) and entropies, and `behaviour_batch` skips its pass."""
+    """One optimiser step per rollout batch and a method that reads no behaviour statistics before its update
+    (`Method.behaviour_statistics`): the policy being updated is the one that sampled, so the update's own forward
+    pass gives the behaviour log-probs (`old_logp = logp.detach()`, TRL's on-policy convention) and entropies, and
+    `behaviour_batch` skips its pass."""
     sampling_keys: CommonRandomNumbers | None = None
     """The backend's keyed sampling (`rollout.common_random_numbers`), scoped to each step's rollout and
     evaluation, else None (torch's global RNG)."""
@@ -192,7 +193,7 @@ def build_trainer(config: RunConfig, run: RunDirectory) -> Trainer:
     keys = CommonRandomNumbers(config.train.seed) if config.rollout.common_random_numbers else None
     backend = make_backend(config.rollout, model, tokenizer, config.model, seed=config.train.seed,
                            common_random_numbers=keys)
-    on_policy = optim.minibatches * optim.epochs == 1 and not method.reads_entropy
+    on_policy = optim.minibatches * optim.epochs == 1 and not method.behaviour_statistics
     return Trainer(config, run, method, task, model, tokenizer, optimizer, scheduler, device, autocast, backend,
                    on_policy, keys, reference)
 
@@ -292,21 +293,24 @@ def sample_rollout(trainer: Trainer, stream: ProblemStream, step: int = 0) -> Ro
 
 
 def behaviour_batch(trainer: Trainer, rollout: Rollout) -> tuple[RolloutBatch, bool]:
-    """The rollout as a batch, with the behaviour policy's log-probs and entropies (computed once, no grad),
-    the reference policy's log-probs where the loss has a KL penalty (`Trainer.reference`; once, no grad, in
-    the same micro-batches) and the step checker's `blame_start` where the task has one, and whether the
-    behaviour and reference values were finite on every response token.
+    """The rollout as a batch, with the behaviour policy's log-probs and per-token statistics (computed once, no
+    grad): its entropies, logged for every method, and the others the method reads (`Method.behaviour_statistics`),
+    the reference policy's log-probs where the loss has a KL penalty (`Trainer.reference`; once, no grad, in the
+    same micro-batches) and the step checker's `blame_start` where the task has one, and whether the behaviour
+    and reference values were finite on every response token.
 
     On-policy trainers (`Trainer.on_policy`) skip the behaviour pass (not the reference's): `old_logp`
-    stays 0 until the update's own forward pass fills it, and `entropy` is None (the update logs the
+    stays 0 until the update's own forward pass fills it, and the statistics are None (the update logs the
     entropies instead). Non-finite values are stored as 0 so that the batch can be credited and logged; the
     update must then be skipped (`update(..., usable=False)`).
     """
     c = rollout.completions
     optim = trainer.config.optim
-    old_logp = torch.zeros(c.response_ids.shape, device=trainer.device)
-    entropy = None if trainer.on_policy else torch.zeros(c.response_ids.shape, device=trainer.device)
-    ref_logp = None if trainer.reference is None else torch.zeros(c.response_ids.shape, device=trainer.device)
+    shape = c.response_ids.shape
+    old_logp = torch.zeros(shape, device=trainer.device)
+    statistics = () if trainer.on_policy else sorted({"entropy"} | trainer.method.behaviour_statistics)
+    scored = {name: torch.zeros(shape, device=trainer.device) for name in statistics}
+    ref_logp = None if trainer.reference is None else torch.zeros(shape, device=trainer.device)
     scoring = {"temperature": trainer.config.rollout.temperature, "chunk_tokens": trainer.config.train.logprob_chunk,
                "autocast": trainer.autocast}
     if not trainer.on_policy or trainer.reference is not None:
@@ -316,16 +320,18 @@ def behaviour_batch(trainer: Trainer, rollout: Rollout) -> tuple[RolloutBatch, b
             rows = rows.to(trainer.device)
             if not trainer.on_policy:
                 with torch.no_grad():
-                    logp, part_entropy = policy_logprobs(trainer.model, *inputs, with_entropy=True, **scoring)
+                    logp, part = policy_logprobs(trainer.model, *inputs, statistics=statistics, **scoring)
                 old_logp[rows] = logp.float()
-                entropy[rows] = part_entropy.float().clamp(min=0)
+                for name, value in part.items():
+                    scored[name][rows] = value.float()
             if trainer.reference is not None:
                 ref_logp[rows] = trainer.reference.logprobs(*inputs, **scoring).float()
     mask = c.response_mask.to(trainer.device)
-    finite = finite_on(mask, old_logp, entropy, ref_logp)
+    finite = finite_on(mask, old_logp, ref_logp, *scored.values())
     if not finite:
-        old_logp, entropy, ref_logp = (None if t is None else torch.nan_to_num(t, nan=0.0, posinf=0.0, neginf=0.0)
-                                       for t in (old_logp, entropy, ref_logp))
+        old_logp, ref_logp = (None if t is None else torch.nan_to_num(t, nan=0.0, posinf=0.0, neginf=0.0)
+                              for t in (old_logp, ref_logp))
+        scored = {name: torch.nan_to_num(t, nan=0.0, posinf=0.0, neginf=0.0) for name, t in scored.items()}
     blame = None
     if trainer.task.checks_steps:
         rules = trainer.config.rollout.resets.thoughts
@@ -334,9 +340,8 @@ def behaviour_batch(trainer: Trainer, rollout: Rollout) -> tuple[RolloutBatch, b
                         verdict.first_wrong_step, rules)
             for row, verdict in enumerate(rollout.verdicts)
         ], device=trainer.device)
-    batch = rollout.batch(old_logp=old_logp, entropy=entropy, ref_logp=ref_logp, blame_start=blame,
-                          device=trainer.device)
-    return batch, finite
+    batch = rollout.batch(old_logp=old_logp, ref_logp=ref_logp, blame_start=blame, device=trainer.device)
+    return batch.replace(**{name: torch.where(batch.response_mask, t, 0.0) for name, t in scored.items()}), finite
 
 
 def finite_on(mask: torch.Tensor, *values: torch.Tensor | None) -> bool:
@@ -428,18 +433,18 @@ def accumulate_gradient(trainer: Trainer, minibatch: RolloutBatch, *,
     for rows in parts:
         rows = rows.to(minibatch.response_ids.device)
         part = minibatch.select(rows)
-        logp, entropy = policy_logprobs(
+        logp, stats = policy_logprobs(
             trainer.model, part.prompt_ids, part.prompt_mask, part.response_ids, part.response_mask,
             temperature=config.rollout.temperature, chunk_tokens=config.train.logprob_chunk,
-            with_entropy=trainer.on_policy, autocast=trainer.autocast,
+            statistics=("entropy",) if trainer.on_policy else (), autocast=trainer.autocast,
         )
         logp = logp.float()
-        if not finite_on(part.response_mask, logp, entropy):
+        if not finite_on(part.response_mask, logp, *stats.values()):
             good = False
             break
         if trainer.on_policy:  # this pass is the behaviour policy's
             part = part.replace(old_logp=torch.where(part.response_mask, logp.detach(), 0.0))
-            entropy_sum += float(entropy.float().clamp(min=0)[part.response_mask].sum())
+            entropy_sum += float(stats["entropy"].float()[part.response_mask].sum())
         logp.retain_grad()  # the credit diagnostics read dLoss/dlogp from the backward pass taken anyway
         out = trainer.method.policy_loss(logp, part, **denominators)
         if not torch.isfinite(out.loss):

@@ -72,4 +72,4 @@ def test_the_estimator_needs_entropies_and_a_beta_in_range():
         EntropyWeightedAdvantage()(batch)
     with pytest.raises(ValueError, match="beta"):
         get_method("gtpo", estimator={"beta": 1.5})
-    assert get_method("gtpo").reads_entropy
+    assert get_method("gtpo").behaviour_statistics == {"entropy"}

@@ -218,7 +218,7 @@ class CredoGRPOTrainer(GRPOTrainer):
         check_trl_args(self.args)
         self.credo_method = resolve_method(credo_method, credo_overrides, credo_conventions, self.args)
         """The credo method in use, with every override applied."""
-        self._credo_needs_entropy = self.credo_method.reads_entropy
+        self._credo_needs_entropy = "entropy" in self.credo_method.behaviour_statistics
         self._credo_rewards_per_func: Tensor | None = None
 
     # ------------------------------------------------------------------------------- once per generation batch
