@@ -6,9 +6,9 @@ default thread count):
 - Per method of `credo.METHODS`: the wall time of one credit + loss pass, forward and backward,
   `batch, _ = method.credit(batch)`, `method.policy_loss(logp, batch).loss.backward()`, on one random
   rollout batch per (B, T) that every method accepts (groups of 8 rows, lengths uniform in [T/2, T],
-  binary rewards and verdicts, entropies, reference log-probs, reset prefixes, first wrong steps, revision
-  success rates, edit masks). `logp` is a leaf tensor `old_logp + noise` built once, outside the timed
-  region. Median of `--repeats` runs after one warm-up run.
+  binary rewards and verdicts, entropies, sums of squared probabilities, reference log-probs, reset
+  prefixes, first wrong steps, revision success rates, edit masks). `logp` is a leaf tensor
+  `old_logp + noise` built once, outside the timed region. Median of `--repeats` runs after one warm-up run.
 - The reference: computing the sampled tokens' log-probs from the logits of a 49,152-word vocabulary,
   forward only (`log_softmax` over the vocabulary, then `gather`), for the same B*T tokens. B*T*V logits
   do not fit in memory (256 * 4096 * 49152 floats are 200 GB), so it is timed once per run on a few
@@ -105,6 +105,8 @@ def random_batch(B: int, T: int, generator: torch.Generator) -> RolloutBatch:
     thought_starts = uniform(B, T) < 1 / 32  # vine's steps: thoughts of about 32 tokens
     segment_ids = torch.where(response_mask, thought_starts.long().cumsum(dim=1) - thought_starts[:, :1].long(), -1)
     step_values = uniform(B, T + 1).gather(1, segment_ids.clamp(min=0))  # one Monte-Carlo value per step
+    pi = old_logp.exp()  # the sampled token's probability: sum_v pi_v^2 lies in [pi^2, pi^2 + (1 - pi)^2]
+    sum_pi_squared = pi.square() + uniform(B, T) * (1 - pi).square()
     return RolloutBatch(
         response_ids=torch.randint(VOCAB, (B, T), generator=generator),
         response_mask=response_mask,
@@ -120,6 +122,7 @@ def random_batch(B: int, T: int, generator: torch.Generator) -> RolloutBatch:
         edit_mask=response_mask & (uniform(B, T) < 0.1),
         segment_ids=segment_ids,
         step_values=torch.where(response_mask, step_values, 0.0),
+        sum_pi_squared=torch.where(response_mask, sum_pi_squared, 0.0),
     )
 
 

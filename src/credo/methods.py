@@ -23,6 +23,7 @@ from credo.credit import EntropySelection, GroupAdvantage, OracleBlameAdvantage,
 from credo.credit.base import CreditEstimator, Metrics
 from credo.credit.entropy_weights import EntropyWeightedAdvantage
 from credo.credit.key_tokens import KeyTokenAdvantage
+from credo.credit.token_baseline import OptimalTokenBaseline
 from credo.credit.vine import VineAdvantage
 from credo.logprobs import STATISTICS
 from credo.losses import LambdaLoss, LossOutput, PolicyLoss, PPOClipLoss, ReinforceLoss, TraceLoss
@@ -279,4 +280,9 @@ _add(Method(
     "ktae", "token", "2505.16826",
     "adds a key-token value in (-1, 1) to each token's advantage: how strongly its presence goes with success",
     GroupSampler(), KeyTokenAdvantage(), PPOClipLoss(),
+))
+_add(Method(
+    "otb", "token", "2602.07078",
+    "a baseline per position: the group's rewards weighted by each response's gradient energy so far; no std scaling",
+    GroupSampler(), OptimalTokenBaseline(), PPOClipLoss(agg="token_mean"),
 ))

@@ -20,7 +20,10 @@ in the environment of every node (verl imports the named modules whenever it is 
 What verl passes, and so what the adapters can use (verl 0.9.1):
 - estimator: `token_level_rewards` (B, T) (the row reward is their sum), `response_mask` (B, T), `index`
   (B,) (the prompt uid of each row: credo's `group_id`), `config` (verl's AlgoConfig). No responses (token
-  ids), no old log-probs, no entropies, no non-tensor fields.
+  ids), no old log-probs, no entropies, no non-tensor fields. (verl gives `old_log_probs` and, with
+  `actor.calculate_sum_pi_squared=true`, `sum_pi_squared` to its own `optimal_token_baseline` estimators only,
+  chosen by name: credo's `otb` is refused; verl's estimator computes it but for credo's rule on groups of equal
+  rewards, docs/methods.md sec. 10.)
 - policy loss: `old_log_prob`, `log_prob`, `advantages`, `response_mask` (B, T), `loss_agg_mode`, `config`
   (the ActorConfig, whose `global_batch_info` holds the mini-batch's normalisers) and
   `rollout_is_weights`. No entropies, no reference log-probs (verl adds its KL loss itself).
