@@ -10,7 +10,8 @@ batch its sampler would produce: for RRPO/SRPO the four rows continue a failed s
 (`prefix_len = 2`); for IBPO, two of three revisions of row 1 verify (s = 2/3) and changed its tokens
 4-5, while row 3 could not be repaired (s = 0); for oracle blame, the step checker puts the first wrong step of
 row 1 at token 3 and of row 3 at token 5; S-trace keeps the top-20% entropy tokens; for vine, each response is
-three steps of two tokens whose Monte-Carlo values (`STEP_VALUES`) drop across each failure's wrong step.
+three steps of two tokens whose Monte-Carlo values (`STEP_VALUES`) drop across each failure's wrong step; for OTB,
+each position's sum of squared probabilities puts the mass the sampled token leaves on the others at random.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ def toy_batch(method: Method) -> RolloutBatch:
     response_mask = torch.ones(B, TOKENS, dtype=torch.bool)
     old_logp = -torch.rand(B, TOKENS, generator=gen) * 1.5
     entropy = torch.rand(B, TOKENS, generator=gen) * 2.0
+    pi = old_logp.exp()  # the sampled token's probability; the rest of the mass spread at random (OTB)
+    sum_pi_squared = pi**2 + (1 - pi) ** 2 * torch.rand(B, TOKENS, generator=gen)
     edit = torch.zeros(B, TOKENS, dtype=torch.bool)
     edit[1, 3:5] = True  # tokens 4-5 of row 1 are what its closest successful revision changed
     return RolloutBatch(
@@ -55,6 +58,7 @@ def toy_batch(method: Method) -> RolloutBatch:
         rewards=torch.tensor(REWARDS),
         old_logp=old_logp,
         entropy=entropy,
+        sum_pi_squared=sum_pi_squared,
         prefix_len=torch.full((B,), PREFIX if "prefix_len" in method.sampler.records else 0),
         revision_success=torch.tensor([0.0, 2.0 / 3.0, 0.0, 0.0]),
         edit_mask=edit,
