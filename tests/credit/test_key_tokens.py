@@ -42,9 +42,13 @@ def key_values(batch: RolloutBatch, **switches) -> tuple[torch.Tensor, torch.Ten
 def test_matches_the_loop_reference(seed, switches):
     shape = None if seed % 3 else (8, 3, 12)
     batch = random_batch(seed, group_sizes=shape, dtype=torch.float64)
+    gen = torch.Generator().manual_seed(seed)
     if seed % 2:  # some response tokens untrained: they count in the tables but get no value
-        untrained = torch.rand(batch.response_mask.shape, generator=torch.Generator().manual_seed(seed)) < 0.3
-        batch = batch.replace(loss_mask=batch.response_mask & ~untrained)
+        kept = torch.rand(batch.response_mask.shape, generator=gen) > 0.3
+        batch = batch.replace(loss_mask=batch.response_mask & kept)
+    if seed % 4 == 0:  # partial rewards for failures: the classes are the verdicts, not reward > 0
+        partial = torch.rand(batch.size, generator=gen, dtype=torch.float64) * 0.9
+        batch = batch.replace(rewards=torch.where(batch.correct, 1.0, partial))
     adv, grpo = key_values(batch, **switches)
     expected = loop_key_token_values(batch, batch.correct.tolist(), **switches) * batch.loss_mask
     torch.testing.assert_close(adv - grpo, expected, rtol=1e-9, atol=1e-12)
@@ -276,7 +280,8 @@ class ComputeKeyTokens:
             return key_token_result
         correct_dist = self.get_distribution(correct_tensor, correct_mask)
         wrong_dist = self.get_distribution(wrong_tensor, wrong_mask)
-        appear_table_tensor = torch.zeros((self.max_token_num + 1, 4), dtype=torch.float32, device=correct_tensor.device)
+        appear_table_tensor = torch.zeros((self.max_token_num + 1, 4), dtype=torch.float32,
+                                          device=correct_tensor.device)
         tokenid_set = set(self.responses_ids.flatten().tolist())
         for tokenid in tokenid_set:
             correct_count = correct_dist.get(tokenid, 0)
@@ -302,7 +307,8 @@ class ComputeKeyTokens:
         if self.gamma_tf:
             tf_tensor = compute_tf(correct_tensor, correct_mask, wrong_tensor, wrong_mask, appear_table_tensor)
             x += tf_tensor[:, 0] / (tf_tensor[:, 1] + 1e-5) - tf_tensor[:, 1] / (tf_tensor[:, 0] + 1e-5)
-        key_token_result = ((self.alpha * format_fisher_pvalue + self.beta_ig * ig_val) * x) / (self.alpha + self.beta_ig)
+        key_token_result = (((self.alpha * format_fisher_pvalue + self.beta_ig * ig_val) * x)
+                            / (self.alpha + self.beta_ig))
         key_token_result = (torch.sigmoid(key_token_result) - 0.5) * 2 * self.top
         key_token_result[151643] = 0.
         return key_token_result

@@ -14,7 +14,8 @@ and three statistics of it combine into the value `KT(v)` added to every trained
     F(v)  = exp(-2 p),  p Fisher's exact two-sided p-value of the table; F = 0 where p = 1
     IG(v) = H(Y) - H(Y | v present), in bits, Y the outcome
     D(v)  = asin sqrt(a / n_T) - asin sqrt(b / n_F) + t_T / (t_F + 1e-5) - t_F / (t_T + 1e-5)
-    KT(v) = h (2 sigmoid((alpha F + beta IG) D / (alpha + beta)) - 1) = h tanh((alpha F + beta IG) D / (2 (alpha + beta)))
+    KT(v) = h (2 sigmoid((alpha F + beta IG) D / (alpha + beta)) - 1)
+          = h tanh((alpha F + beta IG) D / (2 (alpha + beta)))
     A_t   = A_i + KT(o_t)        on the trained tokens of response i, A_i GRPO's group advantage
 
 `F` and `IG` say how strong the association is, `D` its direction: the difference of the presence rates on the
@@ -22,8 +23,8 @@ arcsine scale (half Cohen's h) plus a term-frequency contrast, where `t_c = s (k
 mean L))` is the BM25-saturated share `s = f_c / L_c` of the token among the `L_c` tokens of class `c`'s responses
 (`f_c` its occurrences there; `k1 = 2`, `b = 0.5`, `mean L = (L_T + L_F) / 2`). `KT` lies in `(-h, h)`: positive
 for tokens that go with success, negative for tokens that go with failure, exactly 0 for a token every response
-contains (its table is the only one its margins allow: `p = 1` and `IG = 0`) and in a group whose responses are
-all correct or all failed (no table; GRPO's advantage is 0 there too).
+contains (its table is the only one its margins allow: `p = 1` and `IG = 0`), and so for every token of a group
+whose responses all succeed or all fail (GRPO's advantage is 0 there too).
 
 Settings. The public code's advantage function hard-codes `alpha = beta = 1`, the term-frequency term on and
 `h = 1` (`ComputeKeyTokens(alpha=1.0, beta_ig=1.0, gamma_tf=1.0, top=1.0, ...)`; its launch scripts' `beta_ig=2.0`
@@ -40,9 +41,10 @@ credo's reading, where the paper and code leave room:
   every table counts in the p-value). The public code tests `p != 1.0` on a float32 sum, which is exact where
   the margins allow one table (a token every response has) but mostly misses 1.0 on the other modal tables and
   gives them `F = exp(-2 p) ~ e^-2`: of the 268 modal tables a group of 16 can have, 22 sum to 1.0 exactly (15
-  of them single tables). credo computes the rule as written; `tests/credit/test_key_tokens.py` measures the
-  difference. p-values count the tables no more probable than the observed one up to a relative 1e-7, as
-  scipy does (the public code compares float32 values exactly, so a tie may fall either way).
+  of them single tables). credo computes the rule as written; `tests/credit/test_key_tokens.py` checks that
+  every difference from the public code is such a table or a float32 tie. p-values count the tables no more
+  probable than the observed one up to a relative 1e-7, as scipy does (the public code compares float32 values
+  exactly, so a tie may fall either way).
 - Correct and failed rows are credo's verdicts (`failed_rows`: `correct` where given, else reward < 1); the
   public code calls a reward > 0 correct (the same on 0/1 rewards). Presence counts the response's tokens
   (`response_mask`); the value is added on the trained ones (`loss_mask`).
@@ -95,8 +97,8 @@ def fisher_exact(a: Tensor, b: Tensor, c: Tensor, d: Tensor) -> tuple[Tensor, Te
     support = (k >= low) & (k <= high)  # (..., K): the tables with the observed margins
 
     def log_pmf(x: Tensor) -> Tensor:
-        return (_log_choose(n_true.unsqueeze(-1), x) + _log_choose((n - n_true).unsqueeze(-1), present.unsqueeze(-1) - x)
-                - _log_choose(n.unsqueeze(-1), present.unsqueeze(-1)))
+        n_, n_true_, present_ = n.unsqueeze(-1), n_true.unsqueeze(-1), present.unsqueeze(-1)
+        return (_log_choose(n_true_, x) + _log_choose(n_ - n_true_, present_ - x) - _log_choose(n_, present_))
 
     log_p = torch.where(support, log_pmf(torch.where(support, k, low)), -torch.inf)
     counted = support & (log_p <= log_pmf(a.unsqueeze(-1)) + TIE_RTOL)
@@ -154,7 +156,8 @@ def key_token_values(
     U = int(u.max()) + 1
     cls = correct.long()  # 0 failed, 1 correct
     ones = torch.ones(rows.numel(), dtype=torch.float64, device=device)
-    occurrences = torch.zeros(U, 2, dtype=torch.float64, device=device).index_put_((u, cls[rows]), ones, accumulate=True)
+    occurrences = torch.zeros(U, 2, dtype=torch.float64, device=device).index_put_((u, cls[rows]), ones,
+                                                                                   accumulate=True)
     pairs = torch.unique(rows * U + u)  # each (row, token id) once: presence
     pair_rows, pair_u = pairs // U, pairs % U
     present = torch.zeros(U, 2, dtype=torch.float64, device=device).index_put_(
@@ -178,9 +181,8 @@ def key_token_values(
         saturation = BM25_K1 * (1 - BM25_B + BM25_B * length / length.mean(dim=1, keepdim=True))
         tf_false, tf_true = (share * (BM25_K1 + 1) / (share + saturation)).unbind(1)
         direction = direction + tf_true / (tf_false + TF_EPS) - tf_false / (tf_true + TF_EPS)
-    z = strength * direction / (fisher_weight + ig_weight)
-    values = torch.where((counts[:, 2] > 0) & (counts[:, 3] > 0), key_scale * torch.tanh(z / 2), 0.0)
-    out[response_mask] = values[u]
+    z = strength * direction / (fisher_weight + ig_weight)  # 0 in a group of one outcome: F = IG = 0 there
+    out[response_mask] = (key_scale * torch.tanh(z / 2))[u]
     return out
 
 
