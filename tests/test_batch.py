@@ -482,3 +482,46 @@ def test_decreasing_segment_ids_position():
     f["segment_ids"] = torch.tensor([[0, 0, 1, 1], [0, 1, -1, -1], [0, 2, 1, -1]])
     with pytest.raises(ValueError, match=_expect("segment_ids", r"must be non-decreasing .*" + re.escape("first at row 2, position 2"))):
         RolloutBatch(**f)
+
+
+# --------------------------------------------------------------------------------------------------
+# Fields a sampler records: declared by the sampler (credo.batch.RecordedField), kept in `recorded`.
+# --------------------------------------------------------------------------------------------------
+def test_recorded_fields_are_attributes_rows_and_replaceable():
+    batch = RolloutBatch(**tiny_fields())
+    assert batch.prefix_len is batch.recorded["prefix_len"] and batch.step_values is None  # recorded by no one here
+    picked = batch.select([2, 0])
+    assert picked.prefix_len.tolist() == [batch.prefix_len[2], batch.prefix_len[0]]
+    assert picked.edit_mask.shape == (2, 4)
+    dropped = batch.replace(prefix_len=None)
+    assert dropped.prefix_len is None and "prefix_len" not in dropped.recorded and batch.prefix_len is not None
+
+
+def test_a_field_no_sampler_records_is_refused_by_name():
+    with pytest.raises(TypeError, match="no field 'blame_segments'.*prefix_len"):
+        RolloutBatch(**tiny_fields(), blame_segments=torch.zeros(3))
+    with pytest.raises(AttributeError, match="blame_segments"):
+        _ = RolloutBatch(**tiny_fields()).blame_segments
+
+
+def test_a_samplers_declared_rule_is_checked(monkeypatch):
+    from credo.batch import RECORDED, RecordedField
+
+    monkeypatch.setitem(RECORDED, "depth", RecordedField(
+        "row", "int", "depth of each row", lambda d, response: (d > 2, "must be at most 2")))
+    assert RolloutBatch(**tiny_fields(), depth=torch.tensor([0, 2, 1])).depth.tolist() == [0, 2, 1]
+    with pytest.raises(ValueError, match=_expect("depth", re.escape("must be at most 2: 1 bad value(s), first at row 1"))):
+        RolloutBatch(**tiny_fields(), depth=torch.tensor([0, 3, 1]))
+    with pytest.raises(ValueError, match=_expect("depth", "must be an integer tensor")):
+        RolloutBatch(**tiny_fields(), depth=torch.zeros(3))
+
+
+def test_declaring_a_field_clashes_with_a_core_field_or_another_samplers_layout(monkeypatch):
+    from credo.batch import FIELD_SOURCES, RECORDED, RecordedField, declare_recorded
+
+    monkeypatch.setattr("credo.batch.RECORDED", dict(RECORDED))
+    monkeypatch.setattr("credo.batch.FIELD_SOURCES", dict(FIELD_SOURCES))
+    with pytest.raises(ValueError, match="'advantages' is a field of every RolloutBatch"):
+        declare_recorded("toy", {"advantages": RecordedField("token", "float", "advantages")})
+    with pytest.raises(ValueError, match="records 'prefix_len' as token int; another sampler records it as row int"):
+        declare_recorded("toy", {"prefix_len": RecordedField("token", "int", "prefixes")})

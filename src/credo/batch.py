@@ -25,7 +25,9 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -36,32 +38,70 @@ FIELD_SOURCES: dict[str, str] = {
     "sum_pi_squared": "the behaviour policy's sums of squared next-token probabilities",
     "ref_logp": "a frozen reference policy's log-probs",
     "blame_start": "a task's step checker: the first wrong step of every failure",
-    "prefix_len": "the reset sampler's kept prefixes",
-    "segment_ids": "a sampler's thought segments (the reset sampler's thoughts, the vine sampler's steps)",
-    "step_values": "the vine sampler's Monte-Carlo values of each step's starting state",
-    "revision_success": "the revision sampler's revision outcomes",
-    "edit_mask": "the revision sampler's edited-token masks",
     "loss_mask": "a credit estimator's trained tokens",
     "trace_mask": "a credit estimator's trace selection",
     "advantages": "a credit estimator's per-token advantages",
 }
 """What fills each optional field. Estimators, losses and samplers declare the fields they read, write and
 record by these names (`reads`, `writes`, `records`); `credo.methods.Method` derives a method's needs from
-them, and the trainer, the config and the engine adapters check those needs instead of the method's name."""
+them, and the trainer, the config and the engine adapters check those needs instead of the method's name. The
+fields samplers record join it as their samplers register (`declare_recorded`)."""
+
+
+@dataclass(frozen=True)
+class RecordedField:
+    """A field a sampler records beside the responses (`Sampler.records`): its shape, dtype and meaning, the rule
+    its values keep, and its value on the demo's toy group."""
+
+    shape: Literal["row", "token"]
+    """"row": (B,); "token": (B, T)."""
+    dtype: Literal["float", "int", "bool"]
+    """float (finite), int64 or bool."""
+    meaning: str
+    """What it holds, in a phrase (its shape and dtype aside)."""
+    rule: Callable[[Tensor, Tensor], tuple[Tensor, str]] | None = None
+    """`rule(value, response_mask)` -> (the positions that break it, "must ..."), checked on every batch."""
+    example: Callable[[], Tensor] | None = None
+    """Its value on `credo.demo`'s toy group (one prompt, four responses of six tokens, rewards 1, 0, 1, 0)."""
+
+
+RECORDED: dict[str, RecordedField] = {}
+"""Every field a registered sampler records, by name (`declare_recorded`); `RolloutBatch` keeps them in
+`recorded` and gives them as attributes (`batch.prefix_len`)."""
+
+
+_RECORDERS: dict[str, dict[str, list[str]]] = {}
+"""Field -> its meaning -> the samplers that record it with that meaning (for `FIELD_SOURCES`)."""
+
+
+def declare_recorded(sampler: str, fields: Mapping[str, RecordedField]) -> None:
+    """Add the fields `sampler` records to `RECORDED` and `FIELD_SOURCES`. Two samplers may record a field of one
+    name only with the same shape and dtype (the reset and vine samplers' `segment_ids`); a core field's name is
+    not available."""
+    for name, declared in fields.items():
+        if name in _CORE:
+            raise ValueError(f"sampler {sampler}: {name!r} is a field of every RolloutBatch, not one to record")
+        known = RECORDED.get(name)
+        if known is not None and (known.shape, known.dtype) != (declared.shape, declared.dtype):
+            raise ValueError(f"sampler {sampler} records {name!r} as {declared.shape} {declared.dtype}; another "
+                             f"sampler records it as {known.shape} {known.dtype}")
+        RECORDED.setdefault(name, declared)
+        _RECORDERS.setdefault(name, {}).setdefault(declared.meaning, []).append(sampler)
+        FIELD_SOURCES[name] = "; ".join(f"the {' and '.join(by)} sampler{'s' if len(by) > 1 else ''}'"
+                                        f"{'' if len(by) > 1 else 's'} {meaning}"
+                                        for meaning, by in _RECORDERS[name].items())
+
 
 # Fields by role; used for validation and for selecting rows (mini-batches).
-_TOKEN_FLOAT = ("old_logp", "entropy", "sum_pi_squared", "ref_logp", "advantages", "step_values")
-_TOKEN_BOOL = ("response_mask", "loss_mask", "trace_mask", "edit_mask")
-_ROW_FLOAT = ("rewards", "revision_success")
+_TOKEN_FLOAT = ("old_logp", "entropy", "sum_pi_squared", "ref_logp", "advantages")
+_TOKEN_BOOL = ("response_mask", "loss_mask", "trace_mask")
+_ROW_FLOAT = ("rewards",)
 _PROMPT = ("prompt_ids", "prompt_mask")
 
 
 @dataclass(frozen=True)
-class RolloutBatch:
-    """Response tensors of one rollout batch, with the inputs every credit method may need.
-
-    Shapes: `B` responses, `T` padded response length.
-    """
+class _Fields:
+    """The fields of every `RolloutBatch` (see there)."""
 
     response_ids: Tensor
     """(B, T) int64: sampled response token ids (padding value is irrelevant)."""
@@ -83,20 +123,9 @@ class RolloutBatch:
     """(B, T) float: log-probs under a frozen reference policy (KL penalty)."""
     correct: Tensor | None = None
     """(B,) bool: the verifier's verdict (IBPO needs it where rewards are not binary)."""
-    segment_ids: Tensor | None = None
-    """(B, T) int64: thought (or step) index of each response token (0-based, non-decreasing), -1 off the response."""
-    step_values: Tensor | None = None
-    """(B, T) float: the Monte-Carlo value of the state each token's step (`segment_ids`) starts from, the same
-    on every token of a step (vine); 0 off the response."""
-    prefix_len: Tensor | None = None
-    """(B,) int64: leading response tokens that are a kept prefix (reset continuations), 0 for fresh rows."""
     blame_start: Tensor | None = None
     """(B,) int64: first response token of the row's first wrong step by the task's step checker; -1 where
     no step is wrong (oracle credit)."""
-    revision_success: Tensor | None = None
-    """(B,) float in [0, 1]: IBPO's share of revisions of the row that verified correct (0 for correct rows)."""
-    edit_mask: Tensor | None = None
-    """(B, T) bool: IBPO's tokens changed by the closest successful revision (rows without one: all False)."""
     advantages: Tensor | None = None
     """(B, T) float: per-token advantages, written by a credit estimator (zero off `loss_mask`)."""
     trace_mask: Tensor | None = None
@@ -105,11 +134,43 @@ class RolloutBatch:
     """(B, P) int64: the prompt tokens, left-padded (the trainer's forward pass needs them)."""
     prompt_mask: Tensor | None = None
     """(B, P) bool: True on real prompt tokens, a right-aligned suffix of each row."""
+    recorded: Mapping[str, Tensor] = field(default_factory=dict)
+    """The fields the batch's sampler recorded (`RECORDED`: the reset sampler's `prefix_len`, ...), by name."""
 
     def __post_init__(self) -> None:
         if self.loss_mask is None:
             object.__setattr__(self, "loss_mask", self.response_mask)
         _validate(self)
+
+
+_CORE = frozenset(f.name for f in dataclasses.fields(_Fields))
+
+
+class RolloutBatch(_Fields):
+    """Response tensors of one rollout batch, with the inputs every credit method may need.
+
+    Shapes: `B` responses, `T` padded response length. Besides its own fields, a batch holds the fields its
+    sampler recorded (`RECORDED`, declared by each sampler): given to the constructor and `replace` by name like
+    the others (`prefix_len=...`; None drops one), read as attributes (`batch.prefix_len`, None where not recorded).
+    """
+
+    def __init__(self, recorded: Mapping[str, Tensor] | None = None, **fields: Tensor | None) -> None:
+        kept = dict(recorded or {})
+        for name in [n for n in fields if n not in _CORE]:
+            if name not in RECORDED:
+                raise TypeError(f"RolloutBatch has no field {name!r}: not one of its own, nor one a registered "
+                                f"sampler records ({', '.join(sorted(RECORDED)) or 'none registered'})")
+            value = fields.pop(name)
+            if value is None:
+                kept.pop(name, None)
+            else:
+                kept[name] = value
+        super().__init__(**fields, recorded=kept)
+
+    def __getattr__(self, name: str) -> Tensor | None:
+        if name in RECORDED:
+            return self.__dict__.get("recorded", {}).get(name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # ----------------------------------------------------------------------------------------------
     @property
@@ -138,9 +199,9 @@ class RolloutBatch:
         picked = {
             f.name: getattr(self, f.name)[rows]
             for f in dataclasses.fields(self)
-            if getattr(self, f.name) is not None
+            if f.name != "recorded" and getattr(self, f.name) is not None
         }
-        return RolloutBatch(**picked)
+        return RolloutBatch(**picked, recorded={name: value[rows] for name, value in self.recorded.items()})
 
 
 def _fail(field: str, message: str) -> None:
@@ -165,13 +226,13 @@ def _validate(batch: RolloutBatch) -> None:
 
     for f in dataclasses.fields(batch):
         value = getattr(batch, f.name)
-        if value is None or f.name == "response_ids":
+        if value is None or f.name in ("response_ids", "recorded"):
             continue
         if not isinstance(value, Tensor):
             _fail(f.name, f"must be a torch.Tensor, got {type(value).__name__}")
         if value.device != ids.device:
             _fail(f.name, f"is on {value.device} but response_ids is on {ids.device}")
-        token_level = f.name in _TOKEN_FLOAT + _TOKEN_BOOL + ("segment_ids",)
+        token_level = f.name in _TOKEN_FLOAT + _TOKEN_BOOL
         if f.name in _PROMPT:
             expected = (B, value.shape[-1]) if value.dim() == 2 else (B, "P")
         else:
@@ -194,7 +255,9 @@ def _validate(batch: RolloutBatch) -> None:
     aligned = torch.arange(T, device=ids.device).unsqueeze(0) < lengths.unsqueeze(1)  # (B, T)
     if not torch.equal(aligned, response):
         _fail("response_mask", f"must be left-aligned (True on 0 .. n_b-1 of each row): {_first_position(aligned != response)}")
-    for name in ("loss_mask", "trace_mask", "edit_mask"):
+    for name, value in batch.recorded.items():
+        _validate_recorded(name, value, batch.response_mask)
+    for name in ("loss_mask", "trace_mask"):
         mask = getattr(batch, name)
         if mask is not None and (mask & ~response).any():
             _fail(name, f"selects tokens outside response_mask: {_first_position(mask & ~response)}")
@@ -215,28 +278,37 @@ def _validate(batch: RolloutBatch) -> None:
         s = batch.sum_pi_squared
         if ((s < 0) | (s > 1)).any():
             _fail("sum_pi_squared", f"must lie in [0, 1]: {_first_position((s < 0) | (s > 1))}")
-    if batch.revision_success is not None:
-        s = batch.revision_success
-        if ((s < 0) | (s > 1)).any():
-            _fail("revision_success", f"must lie in [0, 1]: {_first_position((s < 0) | (s > 1))}")
-    if batch.prefix_len is not None:
-        p = batch.prefix_len
-        if ((p < 0) | (p > lengths)).any():
-            _fail("prefix_len", f"must lie in [0, response length]: {_first_position((p < 0) | (p > lengths))}")
     if batch.blame_start is not None:
         start = batch.blame_start
         if ((start < -1) | (start > lengths)).any():
             _fail("blame_start", f"must be -1 or lie in [0, response length]: {_first_position((start < -1) | (start > lengths))}")
-    if batch.segment_ids is not None:
-        seg = batch.segment_ids
-        off = (seg != -1) & ~response
-        if off.any():
-            _fail("segment_ids", f"must be -1 off the response: {_first_position(off)}")
-        if (response & (seg < 0)).any():
-            _fail("segment_ids", f"must be >= 0 on response tokens: {_first_position(response & (seg < 0))}")
-        falls = torch.nn.functional.pad((seg[:, 1:] < seg[:, :-1]) & response[:, 1:], (1, 0))  # (B, T): at the drop
-        if falls.any():
-            _fail("segment_ids", f"must be non-decreasing along a response: {_first_position(falls)}")
+
+
+def _validate_recorded(name: str, value: object, response: Tensor) -> None:
+    declared = RECORDED.get(name)
+    if declared is None:
+        _fail(name, f"is not a field any registered sampler records ({', '.join(sorted(RECORDED))})")
+    if not isinstance(value, Tensor):
+        _fail(name, f"must be a torch.Tensor, got {type(value).__name__}")
+    if value.device != response.device:
+        _fail(name, f"is on {value.device} but response_ids is on {response.device}")
+    B, T = response.shape
+    expected = (B, T) if declared.shape == "token" else (B,)
+    if tuple(value.shape) != expected:
+        _fail(name, f"has shape {tuple(value.shape)}, expected {expected} (B={B}, T={T})")
+    if declared.dtype == "bool" and value.dtype != torch.bool:
+        _fail(name, f"must be torch.bool, got {value.dtype}")
+    if declared.dtype == "float":
+        if not value.dtype.is_floating_point:
+            _fail(name, f"must be a floating-point tensor, got {value.dtype}")
+        if not torch.isfinite(value).all():
+            _fail(name, f"must be finite: {_first_position(~torch.isfinite(value))}")
+    if declared.dtype == "int" and (value.dtype.is_floating_point or value.dtype == torch.bool):
+        _fail(name, f"must be an integer tensor, got {value.dtype}")
+    if declared.rule is not None:
+        bad, must = declared.rule(value, response)
+        if bad.any():
+            _fail(name, f"{must}: {_first_position(bad)}")
 
 
 def _describe(value: object) -> str:

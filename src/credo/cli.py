@@ -482,14 +482,13 @@ def demo(
     drift: float = typer.Option(0.15, help="Std of the per-token log-prob change by the later mini-batch."),
 ) -> None:
     """Per-token credit each method gives to the responses of one toy group (see credo.demo)."""
-    from credo.demo import PREFIX, REWARDS, TOKENS, credit_table
+    from credo.demo import REWARDS, TOKENS, credit_table, recorded_on_the_toy_group
 
     result = credit_table(drift)
     console.print(
         f"[bold]One prompt, {len(REWARDS)} responses of {TOKENS} tokens, rewards {list(REWARDS)}.[/bold]\n"
         "Credit of a token = -B * dLoss/dlogp: how hard the update pushes its log-prob up (+) or down (-).\n"
-        f"Reset methods: the rows continue a failed seed's first {PREFIX} tokens (prefix gets no credit).\n"
-        "IBPO: row 1 is repairable (2 of 3 revisions verify); its advantage is negative, so only its edited tokens 4-5 are blamed."
+        + escape("\n".join(recorded_on_the_toy_group()))
     )
     for title, credit in (
         ("first mini-batch (pi = pi_old): trace methods equal GRPO", result.first_minibatch),

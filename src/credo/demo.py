@@ -6,12 +6,14 @@ up (positive) or down (negative); for GRPO on the first mini-batch it is `A_b / 
 
 Two moments are shown. On the first mini-batch of a rollout batch (`pi = pi_old`) the trace methods
 equal GRPO; by the fourth mini-batch the policy has moved and their traces act. Each method sees the
-batch its sampler would produce: for RRPO/SRPO the four rows continue a failed seed's first two tokens
+batch its sampler would produce: the fields its sampler records take the values the sampler declares for this
+group (`RecordedField.example`): for RRPO/SRPO the four rows continue a failed seed's first two tokens
 (`prefix_len = 2`); for IBPO, two of three revisions of row 1 verify (s = 2/3) and changed its tokens
-4-5, while row 3 could not be repaired (s = 0); for oracle blame, the step checker puts the first wrong step of
-row 1 at token 3 and of row 3 at token 5; S-trace keeps the top-20% entropy tokens; for vine, each response is
-three steps of two tokens whose Monte-Carlo values (`STEP_VALUES`) drop across each failure's wrong step; for OTB,
-each position's sum of squared probabilities puts the mass the sampled token leaves on the others at random.
+4-5, while row 3 could not be repaired (s = 0); for vine, each response is three steps of two tokens whose
+Monte-Carlo values drop across each failure's wrong step. The trainer's fields are filled for every method: for
+oracle blame, the step checker puts the first wrong step of row 1 at token 3 and of row 3 at token 5; S-trace
+keeps the top-20% entropy tokens; for OTB, each position's sum of squared probabilities puts the mass the sampled
+token leaves on the others at random.
 """
 
 from __future__ import annotations
@@ -23,12 +25,10 @@ from torch import Tensor
 
 from credo.batch import RolloutBatch
 from credo.methods import METHODS, Method
+from credo.rollout.samplers import SAMPLERS
 
 TOKENS = 6
 REWARDS = (1.0, 0.0, 1.0, 0.0)
-PREFIX = 2
-STEP_VALUES = ((1 / 3, 0.5, 0.75), (2 / 3, 0.75, 0.0), (1 / 3, 0.5, 1.0), (2 / 3, 0.5, 0.75))
-"""Each row's value before each of its three steps (the first: its siblings' mean reward), for vine."""
 
 
 @dataclass(frozen=True)
@@ -49,8 +49,6 @@ def toy_batch(method: Method) -> RolloutBatch:
     entropy = torch.rand(B, TOKENS, generator=gen) * 2.0
     pi = old_logp.exp()  # the sampled token's probability; the rest of the mass spread at random (OTB)
     sum_pi_squared = pi**2 + (1 - pi) ** 2 * torch.rand(B, TOKENS, generator=gen)
-    edit = torch.zeros(B, TOKENS, dtype=torch.bool)
-    edit[1, 3:5] = True  # tokens 4-5 of row 1 are what its closest successful revision changed
     return RolloutBatch(
         response_ids=torch.randint(0, 50, (B, TOKENS), generator=gen),
         response_mask=response_mask,
@@ -59,13 +57,22 @@ def toy_batch(method: Method) -> RolloutBatch:
         old_logp=old_logp,
         entropy=entropy,
         sum_pi_squared=sum_pi_squared,
-        prefix_len=torch.full((B,), PREFIX if "prefix_len" in method.sampler.records else 0),
-        revision_success=torch.tensor([0.0, 2.0 / 3.0, 0.0, 0.0]),
-        edit_mask=edit,
         blame_start=torch.tensor([-1, 2, -1, 4]),
-        segment_ids=torch.arange(TOKENS).div(2, rounding_mode="floor").repeat(B, 1),
-        step_values=torch.tensor(STEP_VALUES).repeat_interleave(2, dim=1),
+        recorded={name: field.example() for name, field in method.sampler.records.items()},
     )
+
+
+def recorded_on_the_toy_group() -> list[str]:
+    """One line per sampler that records fields: each field on the toy group (a row field's values, a token
+    field's meaning), as the sampler declares it."""
+    lines = []
+    for name in SAMPLERS:
+        fields = SAMPLERS.get(name).records
+        if fields:
+            shown = [f"{field} = {[round(v, 3) for v in declared.example().tolist()]}" if declared.shape == "row"
+                     else f"{field} ({declared.meaning})" for field, declared in fields.items()]
+            lines.append(f"{name} sampler: {'; '.join(shown)}")
+    return lines
 
 
 def token_credit(method: Method, drift: float) -> Tensor:

@@ -37,7 +37,8 @@ from credo.rollout.samplers.vine import VineSampler
 FAMILIES: dict[str, str] = {
     "baseline": "the critic-free methods the others are measured against (one credit per response)",
     "trace": "ratios traced through the earlier tokens' log-probs (eligibility traces)",
-    "token": "per-token advantages reweighted by the policy's own signals (e.g. its entropies)",
+    "token": "per-token advantages from the policy's own signals or the group's token statistics (entropies, key "
+             "tokens, a per-token baseline)",
     "reset": "resets of a failed rollout to a thought, continuations trained on their suffix",
     "revision": "counterfactual revisions of failed rollouts shape rewards and mask tokens",
     "value": "step values estimated by sampling continuations from the states between thoughts (Monte Carlo)",
@@ -76,10 +77,10 @@ class Method:
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
             raise ValueError(f"method {self.name}: family {self.family!r} is not one of {', '.join(FAMILIES)}")
-        unknown = sorted((self.reads | self.estimator.writes | self.sampler.records) - FIELD_SOURCES.keys())
+        unknown = sorted((self.reads | self.estimator.writes | frozenset(self.sampler.records)) - FIELD_SOURCES.keys())
         if unknown:
             raise ValueError(f"method {self.name}: unknown batch field(s) {', '.join(unknown)} (credo.batch.FIELD_SOURCES)")
-        unfilled = sorted(self.loss.reads - self.estimator.writes - self.sampler.records - TRAINER_FIELDS
+        unfilled = sorted(self.loss.reads - self.estimator.writes - frozenset(self.sampler.records) - TRAINER_FIELDS
                           - {"blame_start", "ref_logp"})
         if unfilled:
             raise ValueError(f"method {self.name}: its loss reads {', '.join(unfilled)}, which nothing fills")
@@ -92,7 +93,7 @@ class Method:
     @property
     def needs(self) -> frozenset[str]:
         """What the method reads that its own sampler does not record: the runner must fill it."""
-        return self.reads - self.sampler.records
+        return self.reads - frozenset(self.sampler.records)
 
     @property
     def behaviour_statistics(self) -> frozenset[str]:

@@ -128,7 +128,7 @@ def test_the_largest_drop_is_logged_against_the_step_checker():
 
 def test_a_vine_run_trains_through_the_registry():
     method = get_method("vine")
-    assert method.sampler.records == {"segment_ids", "step_values"} and not method.needs
+    assert set(method.sampler.records) == {"segment_ids", "step_values"} and not method.needs
     rollout = run(exact_policy({1: 1}), options(prompts=1, k=2))
     batch = rollout.batch()
     credited, metrics = method.credit(batch)

@@ -72,7 +72,7 @@ def refusal(method: Method) -> str | None:
     `advantages` reach the policy loss. Reset and revision methods run credo's sampler and estimator in their
     agent loop (`AGENT_LOOPS`), which hands each row's advantage and trained-token mask over."""
     if method.sampler.name in AGENT_LOOPS:
-        available, carried = AGENT_LOOP_FIELDS | method.sampler.records, {"advantages", "loss_mask"}
+        available, carried = AGENT_LOOP_FIELDS | frozenset(method.sampler.records), {"advantages", "loss_mask"}
     elif method.sampler.iid:
         if getattr(method.estimator, "reads_token_ids", False):
             return "its estimator reads the sampled token ids, which verl does not pass to an advantage estimator"

@@ -14,9 +14,11 @@ section (`options`, under `rollout.<name>`) and its sampling function.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, TypeVar
 
+from credo.batch import RecordedField, declare_recorded
 from credo.registry import Registry
 from credo.rollout.backend import GenerationBackend
 from credo.schema import Section
@@ -34,8 +36,9 @@ class Sampler:
     name: ClassVar[str]
     draws: ClassVar[str]
     """What the sampler draws, in one phrase (`credo methods`, engine refusals)."""
-    records: ClassVar[frozenset[str]] = frozenset()
-    """The optional `RolloutBatch` fields its rollouts fill (see `credo.batch.FIELD_SOURCES`)."""
+    records: ClassVar[Mapping[str, RecordedField]] = {}
+    """The `RolloutBatch` fields its rollouts fill besides the responses, each declared once here (shape, dtype,
+    meaning, rule, demo value): `credo.batch` validates them, `credo methods` and the demo read them."""
     iid: ClassVar[bool] = True
     """Every row is an i.i.d. sample of its prompt under the current policy, and nothing else is drawn."""
     options: ClassVar[type[Section] | None] = None
@@ -71,6 +74,8 @@ S = TypeVar("S", bound=type[Sampler])
 
 
 def registered(sampler: S) -> S:
-    """Class decorator: register a sampler under its `name` (its options, if any, are `rollout.<name>`)."""
+    """Class decorator: register a sampler under its `name` (its options, if any, are `rollout.<name>`) and the
+    fields it records (`credo.batch.declare_recorded`)."""
     SAMPLERS.add(sampler.name, sampler)
+    declare_recorded(sampler.name, sampler.records)
     return sampler

@@ -16,19 +16,21 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Literal, get_args
 
 import torch
 from pydantic import Field
 
+from credo.batch import RecordedField
 from credo.passk import pass_at_k
 from credo.rollout.backend import GenerationBackend
 from credo.rollout.generate import encode_prompts
 from credo.rollout.groups import ProblemStream, Rollout
 from credo.rollout.localise import LOCALISE_PROMPT, STEP_FORMAT, localisation_prompt, parse_step
 from credo.rollout.reset_plan import SPLITS, draws_needed, plan
-from credo.rollout.rows import Row, assemble, continue_rows, make_rows, per_token
+from credo.rollout.rows import SEGMENT_IDS, Row, assemble, continue_rows, make_rows, per_token
 from credo.rollout.samplers.base import Sampler, registered
 from credo.rollout.thoughts import ThoughtRules
 from credo.rollout.values import boundary_values, first_below, largest_drop
@@ -277,7 +279,13 @@ class ResetSampler(Sampler):
     name: ClassVar[str] = "resets"
     draws: ClassVar[str] = ("groups built from resets of failed rollouts to a localised first wrong thought "
                             "(base and suffix groups, continuations of a kept prefix)")
-    records: ClassVar[frozenset[str]] = frozenset({"prefix_len", "segment_ids"})
+    records: ClassVar[Mapping[str, RecordedField]] = {
+        "prefix_len": RecordedField(
+            "row", "int", "kept prefixes: the leading response tokens a continuation continues (0 for fresh rows)",
+            lambda p, response: ((p < 0) | (p > response.sum(dim=1)), "must lie in [0, response length]"),
+            lambda: torch.full((4,), 2)),  # the demo: four continuations of a failed seed's first two tokens
+        "segment_ids": SEGMENT_IDS,
+    }
     iid: ClassVar[bool] = False
     options: ClassVar[type[Section] | None] = ResetConfig
     dapo_options: ClassVar[bool] = False

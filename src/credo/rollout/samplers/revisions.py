@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 import torch
 from pydantic import Field, field_validator
 
+from credo.batch import RecordedField
 from credo.credit.revisions import closest_revision, edit_mask
 from credo.rollout.backend import GenerationBackend
 from credo.rollout.generate import Completions, encode_prompts
@@ -163,12 +165,28 @@ def revision_metrics(revisions: list[Revision], success, correct: list[bool], co
     return metrics
 
 
+def _toy_edits() -> torch.Tensor:
+    """The demo's edits: tokens 4-5 of row 1 are what its closest successful revision changed."""
+    edit = torch.zeros(4, 6, dtype=torch.bool)
+    edit[1, 3:5] = True
+    return edit
+
+
 @registered
 @dataclass(frozen=True)
 class RevisionSampler(Sampler):
     name: ClassVar[str] = "revisions"
     draws: ClassVar[str] = "i.i.d. groups plus the policy's revisions of every failure (never trained on)"
-    records: ClassVar[frozenset[str]] = frozenset({"revision_success", "edit_mask"})
+    records: ClassVar[Mapping[str, RecordedField]] = {
+        "revision_success": RecordedField(
+            "row", "float", "share of a failure's revisions that verified correct (0 for correct rows)",
+            lambda s, response: ((s < 0) | (s > 1), "must lie in [0, 1]"),
+            lambda: torch.tensor([0.0, 2.0 / 3.0, 0.0, 0.0])),  # the demo: two of three revisions of row 1 verify
+        "edit_mask": RecordedField(
+            "token", "bool", "tokens the closest successful revision changed (rows without one: none)",
+            lambda edit, response: (edit & ~response, "selects tokens outside response_mask"),
+            _toy_edits),
+    }
     iid: ClassVar[bool] = False
     options: ClassVar[type[Section] | None] = RevisionConfig
 

@@ -19,16 +19,18 @@ from __future__ import annotations
 
 import bisect
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 import torch
 from pydantic import Field
 
+from credo.batch import RecordedField
 from credo.rollout.backend import GenerationBackend
 from credo.rollout.generate import encode_prompts
 from credo.rollout.groups import ProblemStream, Rollout
-from credo.rollout.rows import Row, assemble, make_rows, per_token
+from credo.rollout.rows import SEGMENT_IDS, Row, assemble, make_rows, per_token
 from credo.rollout.samplers.base import Sampler, registered
 from credo.rollout.thoughts import ThoughtRules
 from credo.rollout.values import boundary_values, largest_drop
@@ -37,6 +39,11 @@ from credo.tasks import Task, sandbox_failures
 
 if TYPE_CHECKING:
     from credo.rollout.samplers import RolloutConfig
+
+
+TOY_STEP_VALUES = ((1 / 3, 0.5, 0.75), (2 / 3, 0.75, 0.0), (1 / 3, 0.5, 1.0), (2 / 3, 0.5, 0.75))
+"""The demo's step values: each toy response's value before each of its three steps (the first: its siblings'
+mean reward), dropping across each failure's wrong step."""
 
 
 class VineConfig(Section):
@@ -140,7 +147,12 @@ class VineSampler(Sampler):
     name: ClassVar[str] = "vine"
     draws: ClassVar[str] = ("i.i.d. groups plus K continuations from each state between their thoughts "
                             "(Monte-Carlo step values, never trained on)")
-    records: ClassVar[frozenset[str]] = frozenset({"segment_ids", "step_values"})
+    records: ClassVar[Mapping[str, RecordedField]] = {
+        "segment_ids": SEGMENT_IDS,
+        "step_values": RecordedField(
+            "token", "float", "Monte-Carlo value of the state each token's step starts from, 0 off the response",
+            example=lambda: torch.tensor(TOY_STEP_VALUES).repeat_interleave(2, dim=1)),
+    }
     iid: ClassVar[bool] = False
     options: ClassVar[type[Section] | None] = VineConfig
     dapo_options: ClassVar[bool] = False
