@@ -35,6 +35,22 @@ def test_greedy_decoding_equals_transformers_generate(policy):
     assert ours.prompt_ids.tolist() == ids.tolist()
 
 
+def test_token_probs_are_the_sampled_tokens_probabilities_at_the_temperature(policy):
+    """`Completions.token_probs` holds each response token's probability under softmax(logits / temperature) of
+    the prompt and the response so far (a plain forward pass per row), 0 off the response."""
+    model, tokenizer, prompts = policy
+    torch.manual_seed(0)
+    out = generate(model, tokenizer, prompts[:2], max_new_tokens=8, temperature=0.7, repeat=2)
+    for row in range(4):
+        response = out.response_ids[row, out.response_mask[row]].tolist()
+        prompt = out.prompt_ids[row, out.prompt_mask[row]].tolist()
+        with torch.no_grad():
+            logits = model(torch.tensor([prompt + response])).logits[0, len(prompt) - 1 : -1].float()
+        expected = torch.softmax(logits / 0.7, dim=-1).gather(-1, torch.tensor(response)[:, None])[:, 0]
+        assert torch.allclose(out.token_probs[row, : len(response)], expected, atol=1e-4)
+        assert out.token_probs[row, len(response):].eq(0).all()
+
+
 @pytest.mark.parametrize("grow, rows_end", [(3, True), (7, False)])
 def test_growing_the_cache_changes_no_logit(policy, monkeypatch, grow, rows_end):
     """A cache that starts at the prompt plus `grow` positions and grows as decoding fills it gives every step the

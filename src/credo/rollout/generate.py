@@ -24,6 +24,9 @@ class Completions:
     texts: list[str]
     """Decoded responses without special tokens."""
     truncated: Tensor  # (N,) bool: stopped by max_new_tokens, not by an end token or a stop string
+    token_probs: Tensor | None = None
+    """(N, T) float: each response token's probability under the temperature-scaled distribution it was drawn
+    from (before top-p's cut), 0 off the response; None where the backend does not record it."""
 
     @property
     def tokens(self) -> int:
@@ -31,11 +34,16 @@ class Completions:
 
     @classmethod
     def from_lists(cls, prompts: list[list[int]], responses: list[list[int]], texts: list[str],
-                   truncated: list[bool], pad: int) -> Completions:
-        """Pad token lists: prompts on the left, responses on the right."""
+                   truncated: list[bool], pad: int, probs: list[list[float]] | None = None) -> Completions:
+        """Pad token lists: prompts on the left, responses (and their tokens' `probs`, if given) on the right."""
         prompt_ids, prompt_mask = left_pad(prompts, pad)
         response_ids, response_mask = right_pad(responses, pad)
-        return cls(prompt_ids, prompt_mask, response_ids, response_mask, texts, torch.tensor(truncated))
+        token_probs = None
+        if probs is not None:
+            token_probs = torch.zeros(response_ids.shape, dtype=torch.float32)
+            for n, row in enumerate(probs):
+                token_probs[n, : len(row)] = torch.tensor(row, dtype=torch.float32)
+        return cls(prompt_ids, prompt_mask, response_ids, response_mask, texts, torch.tensor(truncated), token_probs)
 
 
 def encode_prompts(tokenizer, messages: list[str]) -> list[list[int]]:
@@ -112,12 +120,14 @@ def generate(
     after the first end token it samples (kept: the model learns to stop), one of `end_ids` (default
     `end_token_ids(model, tokenizer)`: the tokenizer's end token and the end-of-turn ids the model's generation
     config declares), or at the end of a stop string (kept), or is cut at `max_new_tokens` (`truncated`).
+    Each response token's probability under the temperature-scaled distribution is kept (`token_probs`).
     On a GPU each decoding step replays a CUDA graph unless `cuda_graphs` is off (`credo.rollout.decode_step`).
     """
     device = next(model.parameters()).device
     pad = tokenizer.pad_token_id
     ends = list(end_token_ids(model, tokenizer) if end_ids is None else end_ids)
     responses: list[list[int]] = []
+    probs: list[list[float]] = []
     truncated: list[bool] = []
     per_call = max(1, batch_size // repeat)
     for start in range(0, len(prompts), per_call):
@@ -128,11 +138,13 @@ def generate(
         rows = decode(model, tokenizer, ids.repeat_interleave(repeat, dim=0), mask.repeat_interleave(repeat, dim=0),
                       cache, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, greedy=greedy,
                       stop=list(stop or []), end_ids=ends, keys=rows_keys, cuda_graphs=cuda_graphs)
-        for response, done in rows:
+        for response, response_probs, done in rows:
             responses.append(response)
+            probs.append(response_probs)
             truncated.append(not done)
     texts = tokenizer.batch_decode(responses, skip_special_tokens=True)
-    return Completions.from_lists([p for p in prompts for _ in range(repeat)], responses, texts, truncated, pad)
+    return Completions.from_lists([p for p in prompts for _ in range(repeat)], responses, texts, truncated, pad,
+                                  probs)
 
 
 COMPACT_AT = 0.75
@@ -147,9 +159,10 @@ a decoding step on CPU and 42% of the GPU's time (docs/results/gpu.md)."""
 
 def decode(model, tokenizer, ids: Tensor, mask: Tensor, cache, *, max_new_tokens: int, temperature: float,
            top_p: float, greedy: bool, stop: list[str], end_ids: Collection[int],
-           keys: Tensor | None = None, cuda_graphs: bool = True) -> list[tuple[list[int], bool]]:
+           keys: Tensor | None = None, cuda_graphs: bool = True) -> list[tuple[list[int], list[float], bool]]:
     """Sample up to `max_new_tokens` after left-padded prompts `ids` (N, P) whose all-but-last tokens are in
-    the static `cache`; returns each row's response tokens and whether it ended (one of `end_ids`, or a stop
+    the static `cache`; returns each row's response tokens, their probabilities under the temperature-scaled
+    distribution (`chosen_probs`), and whether it ended (one of `end_ids`, or a stop
     string). With `keys` (N,), row r's token t is drawn with the uniform `crn.uniforms(keys[r], t)`.
 
     A plain loop of forward passes over the cache, one token per step, rather than transformers' `generate`:
@@ -168,6 +181,7 @@ def decode(model, tokenizer, ids: Tensor, mask: Tensor, cache, *, max_new_tokens
     live = torch.arange(N, device=ids.device)  # the original row of each row still in the batch
     kept = N
     tokens: list[list[int]] = [[] for _ in range(N)]
+    probs: list[list[float]] = [[] for _ in range(N)]
     texts = [""] * N
     ended = [False] * N
     for step in range(max_new_tokens):
@@ -178,11 +192,13 @@ def decode(model, tokenizer, ids: Tensor, mask: Tensor, cache, *, max_new_tokens
         logits = forward(token, attention[:, :capacity], positions)  # (n, V)
         u = None if keys is None or greedy else uniforms(keys[live], step)
         token = pick_tokens(logits, temperature=temperature, top_p=top_p, greedy=greedy, u=u)  # (n, 1)
+        chosen = chosen_probs(logits, token, 1.0 if greedy else temperature)
         running = []
-        for index, (row, value) in enumerate(zip(live.tolist(), token[:, 0].tolist())):
+        for index, (row, value, prob) in enumerate(zip(live.tolist(), token[:, 0].tolist(), chosen.tolist())):
             if ended[row]:
                 continue  # finished at an earlier step, still in the batch until the next compaction
             tokens[row].append(value)
+            probs[row].append(prob)
             if stop:
                 texts[row] += tokenizer.decode([value])
             ended[row] = value in ends or any(s in texts[row] for s in stop)
@@ -197,7 +213,7 @@ def decode(model, tokenizer, ids: Tensor, mask: Tensor, cache, *, max_new_tokens
             attention, positions, token, live = attention[index], positions[index], token[index], live[index]
             kept = len(running)
         positions = positions + 1
-    return [(tokens[row], ended[row]) for row in range(N)]
+    return [(tokens[row], probs[row], ended[row]) for row in range(N)]
 
 
 def cache_capacity(cache) -> int:
@@ -229,6 +245,12 @@ def pick_tokens(logits: Tensor, *, temperature: float, top_p: float, greedy: boo
         outside = sorted_probs.cumsum(dim=-1) - sorted_probs >= top_p  # mass before a token already reaches p
         probs = probs.scatter(-1, order, sorted_probs.masked_fill(outside, 0.0))
     return torch.multinomial(probs, 1) if u is None else sample_by_inversion(probs, u)
+
+
+def chosen_probs(logits: Tensor, token: Tensor, temperature: float) -> Tensor:
+    """(n,) the probability of each row's `token` (n, 1) under `softmax(logits / temperature)`, before top-p's cut
+    (`decode` reads greedy tokens at temperature 1)."""
+    return torch.softmax(logits.float() / temperature, dim=-1).gather(-1, token)[:, 0]
 
 
 def shared_prompt_cache(model, ids: Tensor, mask: Tensor, repeat: int, max_length: int):
