@@ -13,8 +13,10 @@ call per band of remaining budget: each state's prompt + prefix is encoded once 
 within what the response's token budget leaves after the prefix, and cut by the same thought rules as the
 responses they continue.
 
-Used by the vine sampler (step advantages, `credo.rollout.samplers.vine`) and by the reset sampler's `sampled`
-localiser (the thought after which the estimate drops the most, `credo.rollout.samplers.resets`).
+`prefix_values` estimates the states after any response-token prefixes (SPO's cutpoints,
+`credo.rollout.samplers.spo_chain`); `boundary_values` those after whole thoughts, used by the vine sampler (step
+advantages, `credo.rollout.samplers.vine`) and by the reset sampler's `sampled` localiser (the thought after
+which the estimate drops the most, `credo.rollout.samplers.resets`).
 """
 
 from __future__ import annotations
@@ -33,13 +35,22 @@ def boundary_values(backend: GenerationBackend, task: Task, requests: Sequence[t
     """For each `(row, boundaries)`, the Monte-Carlo value of the state after each boundary's first `j`
     thoughts (`j = 0`: the prompt alone), from `k` continuations each; and the tokens the continuations
     generated (every one of them, for the rollout's cost)."""
-    jobs = [(n, row, j) for n, (row, boundaries) in enumerate(requests) for j in boundaries]
+    return prefix_values(backend, task, [(row, [row.episode.prefix(j) for j in boundaries])
+                                         for row, boundaries in requests], k, options, rules)
+
+
+def prefix_values(backend: GenerationBackend, task: Task, requests: Sequence[tuple[Row, Sequence[list[int]]]], k: int,
+                  options: RolloutOptions, rules: ThoughtRules) -> tuple[list[list[float]], int]:
+    """For each `(row, prefixes)`, the Monte-Carlo value of the state `row.prompt + prefix` for each of its
+    response-token `prefixes` (a thought boundary's or any token position's), from `k` continuations each;
+    and the tokens the continuations generated."""
+    jobs = [(n, prefix) for n, (_, prefixes) in enumerate(requests) for prefix in prefixes]
     values: list[list[float]] = [[] for _ in requests]
     if not jobs:
         return values, 0
-    continuations = continue_rows(backend, task, [(row, row.episode.prefix(j)) for _, row, j in jobs], k, options,
+    continuations = continue_rows(backend, task, [(requests[n][0], prefix) for n, prefix in jobs], k, options,
                                   rules)
-    for index, (n, _, _) in enumerate(jobs):
+    for index, (n, _) in enumerate(jobs):
         values[n].append(sum(r.verdict.reward for r in continuations[index * k : (index + 1) * k]) / k)
     return values, sum(r.tokens for r in continuations)
 
