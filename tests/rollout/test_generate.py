@@ -51,6 +51,22 @@ def test_token_probs_are_the_sampled_tokens_probabilities_at_the_temperature(pol
         assert out.token_probs[row, len(response):].eq(0).all()
 
 
+def test_entropies_are_the_trainers_scored_entropies_of_the_sampling_distribution(policy):
+    """`Completions.entropies` holds the entropy of softmax(logits / temperature) each response token was drawn
+    from: what the trainer scores as `entropy` (`credo.policy.policy_logprobs`), 0 off the response."""
+    from credo.policy import policy_logprobs
+
+    model, tokenizer, prompts = policy
+    torch.manual_seed(1)
+    out = generate(model, tokenizer, prompts[:2], max_new_tokens=8, temperature=0.7, repeat=2)
+    with torch.no_grad():
+        _, scored = policy_logprobs(model, out.prompt_ids, out.prompt_mask, out.response_ids, out.response_mask,
+                                    temperature=0.7, chunk_tokens=64, statistics=("entropy",))
+    mask = out.response_mask
+    assert torch.allclose(out.entropies[mask], scored["entropy"][mask], atol=1e-4)
+    assert out.entropies[~mask].eq(0).all() and out.entropies[mask].gt(0).all()
+
+
 @pytest.mark.parametrize("grow, rows_end", [(3, True), (7, False)])
 def test_growing_the_cache_changes_no_logit(policy, monkeypatch, grow, rows_end):
     """A cache that starts at the prompt plus `grow` positions and grows as decoding fills it gives every step the

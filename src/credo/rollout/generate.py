@@ -27,6 +27,9 @@ class Completions:
     token_probs: Tensor | None = None
     """(N, T) float: each response token's probability under the temperature-scaled distribution it was drawn
     from (before top-p's cut), 0 off the response; None where the backend does not record it."""
+    entropies: Tensor | None = None
+    """(N, T) float: the entropy of that distribution (the behaviour policy's uncertainty at each token, as the
+    trainer scores `entropy`), 0 off the response; None where the backend does not record it."""
 
     @property
     def tokens(self) -> int:
@@ -34,16 +37,24 @@ class Completions:
 
     @classmethod
     def from_lists(cls, prompts: list[list[int]], responses: list[list[int]], texts: list[str],
-                   truncated: list[bool], pad: int, probs: list[list[float]] | None = None) -> Completions:
-        """Pad token lists: prompts on the left, responses (and their tokens' `probs`, if given) on the right."""
+                   truncated: list[bool], pad: int, probs: list[list[float]] | None = None,
+                   entropies: list[list[float]] | None = None) -> Completions:
+        """Pad token lists: prompts on the left, responses (and their tokens' `probs` and `entropies`, if given)
+        on the right."""
         prompt_ids, prompt_mask = left_pad(prompts, pad)
         response_ids, response_mask = right_pad(responses, pad)
-        token_probs = None
-        if probs is not None:
-            token_probs = torch.zeros(response_ids.shape, dtype=torch.float32)
-            for n, row in enumerate(probs):
-                token_probs[n, : len(row)] = torch.tensor(row, dtype=torch.float32)
-        return cls(prompt_ids, prompt_mask, response_ids, response_mask, texts, torch.tensor(truncated), token_probs)
+        return cls(prompt_ids, prompt_mask, response_ids, response_mask, texts, torch.tensor(truncated),
+                   _per_token(probs, response_ids.shape), _per_token(entropies, response_ids.shape))
+
+
+def _per_token(values: list[list[float]] | None, shape: torch.Size) -> Tensor | None:
+    """(N, T) float32 of each row's leading `values`, 0 after them; None for None."""
+    if values is None:
+        return None
+    table = torch.zeros(shape, dtype=torch.float32)
+    for n, row in enumerate(values):
+        table[n, : len(row)] = torch.tensor(row, dtype=torch.float32)
+    return table
 
 
 def encode_prompts(tokenizer, messages: list[str]) -> list[list[int]]:
@@ -120,7 +131,8 @@ def generate(
     after the first end token it samples (kept: the model learns to stop), one of `end_ids` (default
     `end_token_ids(model, tokenizer)`: the tokenizer's end token and the end-of-turn ids the model's generation
     config declares), or at the end of a stop string (kept), or is cut at `max_new_tokens` (`truncated`).
-    Each response token's probability under the temperature-scaled distribution is kept (`token_probs`).
+    Each response token's probability under the temperature-scaled distribution is kept (`token_probs`), and
+    that distribution's entropy (`entropies`).
     On a GPU each decoding step replays a CUDA graph unless `cuda_graphs` is off (`credo.rollout.decode_step`).
     """
     device = next(model.parameters()).device
@@ -128,6 +140,7 @@ def generate(
     ends = list(end_token_ids(model, tokenizer) if end_ids is None else end_ids)
     responses: list[list[int]] = []
     probs: list[list[float]] = []
+    entropies: list[list[float]] = []
     truncated: list[bool] = []
     per_call = max(1, batch_size // repeat)
     for start in range(0, len(prompts), per_call):
@@ -138,13 +151,14 @@ def generate(
         rows = decode(model, tokenizer, ids.repeat_interleave(repeat, dim=0), mask.repeat_interleave(repeat, dim=0),
                       cache, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, greedy=greedy,
                       stop=list(stop or []), end_ids=ends, keys=rows_keys, cuda_graphs=cuda_graphs)
-        for response, response_probs, done in rows:
+        for response, response_probs, response_entropies, done in rows:
             responses.append(response)
             probs.append(response_probs)
+            entropies.append(response_entropies)
             truncated.append(not done)
     texts = tokenizer.batch_decode(responses, skip_special_tokens=True)
     return Completions.from_lists([p for p in prompts for _ in range(repeat)], responses, texts, truncated, pad,
-                                  probs)
+                                  probs, entropies)
 
 
 COMPACT_AT = 0.75
@@ -159,11 +173,13 @@ a decoding step on CPU and 42% of the GPU's time (docs/results/gpu.md)."""
 
 def decode(model, tokenizer, ids: Tensor, mask: Tensor, cache, *, max_new_tokens: int, temperature: float,
            top_p: float, greedy: bool, stop: list[str], end_ids: Collection[int],
-           keys: Tensor | None = None, cuda_graphs: bool = True) -> list[tuple[list[int], list[float], bool]]:
+           keys: Tensor | None = None,
+           cuda_graphs: bool = True) -> list[tuple[list[int], list[float], list[float], bool]]:
     """Sample up to `max_new_tokens` after left-padded prompts `ids` (N, P) whose all-but-last tokens are in
     the static `cache`; returns each row's response tokens, their probabilities under the temperature-scaled
-    distribution (`chosen_probs`), and whether it ended (one of `end_ids`, or a stop
-    string). With `keys` (N,), row r's token t is drawn with the uniform `crn.uniforms(keys[r], t)`.
+    distribution (`chosen_probs`), that distribution's entropy at each (`sampling_entropies`), and whether it
+    ended (one of `end_ids`, or a stop string). With `keys` (N,), row r's token t is drawn with the uniform
+    `crn.uniforms(keys[r], t)`.
 
     A plain loop of forward passes over the cache, one token per step, rather than transformers' `generate`:
     its per-step set-up (logits processors, stopping criteria, input preparation) cost as much as a small
@@ -182,6 +198,7 @@ def decode(model, tokenizer, ids: Tensor, mask: Tensor, cache, *, max_new_tokens
     kept = N
     tokens: list[list[int]] = [[] for _ in range(N)]
     probs: list[list[float]] = [[] for _ in range(N)]
+    entropies: list[list[float]] = [[] for _ in range(N)]
     texts = [""] * N
     ended = [False] * N
     for step in range(max_new_tokens):
@@ -193,12 +210,15 @@ def decode(model, tokenizer, ids: Tensor, mask: Tensor, cache, *, max_new_tokens
         u = None if keys is None or greedy else uniforms(keys[live], step)
         token = pick_tokens(logits, temperature=temperature, top_p=top_p, greedy=greedy, u=u)  # (n, 1)
         chosen = chosen_probs(logits, token, 1.0 if greedy else temperature)
+        spread = sampling_entropies(logits, 1.0 if greedy else temperature)
         running = []
-        for index, (row, value, prob) in enumerate(zip(live.tolist(), token[:, 0].tolist(), chosen.tolist())):
+        for index, (row, value, prob, entropy) in enumerate(zip(live.tolist(), token[:, 0].tolist(), chosen.tolist(),
+                                                                spread.tolist())):
             if ended[row]:
                 continue  # finished at an earlier step, still in the batch until the next compaction
             tokens[row].append(value)
             probs[row].append(prob)
+            entropies[row].append(entropy)
             if stop:
                 texts[row] += tokenizer.decode([value])
             ended[row] = value in ends or any(s in texts[row] for s in stop)
@@ -213,7 +233,7 @@ def decode(model, tokenizer, ids: Tensor, mask: Tensor, cache, *, max_new_tokens
             attention, positions, token, live = attention[index], positions[index], token[index], live[index]
             kept = len(running)
         positions = positions + 1
-    return [(tokens[row], probs[row], ended[row]) for row in range(N)]
+    return [(tokens[row], probs[row], entropies[row], ended[row]) for row in range(N)]
 
 
 def cache_capacity(cache) -> int:
@@ -251,6 +271,14 @@ def chosen_probs(logits: Tensor, token: Tensor, temperature: float) -> Tensor:
     """(n,) the probability of each row's `token` (n, 1) under `softmax(logits / temperature)`, before top-p's cut
     (`decode` reads greedy tokens at temperature 1)."""
     return torch.softmax(logits.float() / temperature, dim=-1).gather(-1, token)[:, 0]
+
+
+def sampling_entropies(logits: Tensor, temperature: float) -> Tensor:
+    """(n,) the entropy `-sum_v p_v log p_v` of each row's `p = softmax(logits / temperature)` (the whole
+    distribution, before top-p's cut, as `credo.logprobs` scores `entropy`), clamped at 0 against round-off."""
+    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+    entropy = -(logp.exp() * logp).sum(dim=-1)
+    return entropy.clamp(min=0.0)
 
 
 def shared_prompt_cache(model, ids: Tensor, mask: Tensor, repeat: int, max_length: int):
