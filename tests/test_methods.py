@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from batches import moved_logp, random_batch
 
-from credo.batch import RolloutBatch
+from credo.batch import RECORDED, RolloutBatch
 from credo.losses import PPOClipLoss, TraceLoss, trace_history
 from credo.losses import traces as loss_traces
 from credo.methods import METHODS, get_method
@@ -29,8 +29,9 @@ def method_for_padding(name):
 
 def pad_batch(batch: RolloutBatch, extra: int) -> RolloutBatch:
     fields = {}
+    recorded = [name for name, field in RECORDED.items() if field.shape == "token" and getattr(batch, name) is not None]
     for name in ("response_ids", "old_logp", "entropy", "sum_pi_squared", "ref_logp", "response_mask", "loss_mask",
-                 "edit_mask", "step_values", "segment_ids"):
+                 *recorded):
         value = getattr(batch, name)
         fill = False if value.dtype == torch.bool else -1 if name == "segment_ids" else 0
         fields[name] = F.pad(value, (0, extra), value=fill)
