@@ -41,7 +41,8 @@ FAMILIES: dict[str, str] = {
              "tokens, a per-token baseline)",
     "reset": "resets of a failed rollout to a thought, continuations trained on their suffix",
     "revision": "counterfactual revisions of failed rollouts shape rewards and mask tokens",
-    "value": "step values estimated by sampling continuations from the states between thoughts (Monte Carlo)",
+    "value": "step values estimated by sampling continuations from the states between thoughts or segments (Monte "
+             "Carlo)",
     "oracle": "credit from a task's step checker: the yardsticks",
 }
 """The method families (`Method.family`), each in one phrase."""
