@@ -32,6 +32,7 @@ from credo.rollout.samplers import RolloutConfig, Sampler
 from credo.rollout.samplers.groups import GroupSampler
 from credo.rollout.samplers.resets import ResetSampler
 from credo.rollout.samplers.revisions import RevisionSampler
+from credo.rollout.samplers.spo_chain import SegmentAdvantage, SpoChainSampler
 from credo.rollout.samplers.vine import VineSampler
 
 FAMILIES: dict[str, str] = {
@@ -277,6 +278,12 @@ _add(Method(
     "vine", "value", "2410.01679",
     "VinePPO: each thought's tokens get the change in a Monte-Carlo value (K continuations per state), whitened",
     VineSampler(), VineAdvantage(), PPOClipLoss(agg="token_mean"),
+))
+_add(Method(
+    "spo_chain", "value", "2505.23564",
+    "SPO-chain: segments end before every 5th token below p 0.9, each gets its Monte-Carlo value change (K = 9); "
+    "only those tokens train",
+    SpoChainSampler(), SegmentAdvantage(), PPOClipLoss(agg="token_mean"),
 ))
 _add(Method(
     "ktae", "token", "2505.16826",
