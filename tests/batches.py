@@ -56,6 +56,7 @@ def random_batch(
     pi = fields["old_logp"].exp()  # the sampled token's probability: sum_v pi_v^2 in [pi^2, pi^2 + (1 - pi)^2]
     spread = torch.rand(B, T, generator=gen, dtype=dtype) * (1 - pi).square()
     fields.update(sum_pi_squared=torch.where(response_mask, pi.square() + spread, 0.0))
+    fields.update(branch_id=ids[perm] % 3)  # FR3E: the kept response whose state a row continues
     return RolloutBatch(**fields, blame_start=blame.clamp(max=lengths))
 
 

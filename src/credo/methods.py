@@ -29,6 +29,7 @@ from credo.logprobs import STATISTICS
 from credo.losses import LambdaLoss, LossOutput, PolicyLoss, PPOClipLoss, ReinforceLoss, TraceLoss
 from credo.registry import Registry
 from credo.rollout.samplers import RolloutConfig, Sampler
+from credo.rollout.samplers.fr3e import FirstReturnAdvantage, FR3ESampler
 from credo.rollout.samplers.groups import GroupSampler
 from credo.rollout.samplers.resets import ResetSampler
 from credo.rollout.samplers.revisions import RevisionSampler
@@ -294,4 +295,10 @@ _add(Method(
     "otb", "token", "2602.07078",
     "a baseline per position: the group's rewards weighted by each response's gradient energy so far; no std scaling",
     GroupSampler(), OptimalTokenBaseline(), PPOClipLoss(agg="token_mean"),
+))
+_add(Method(
+    "fr3e", "value", "2507.07017",
+    "FR3E: trains continuations from the prompt and before its responses' highest-entropy tokens; a state's centred "
+    "rewards divided by exp of its Monte-Carlo value change",
+    FR3ESampler(), FirstReturnAdvantage(), PPOClipLoss(clip_high=0.3, agg="token_mean"),
 ))
