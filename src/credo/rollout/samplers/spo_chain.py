@@ -77,8 +77,9 @@ class SpoChainConfig(Section):
     2505.23564)."""
 
     threshold: float = Field(0.9, gt=0.0, le=1.0)
-    """A token whose sampling probability is below this is a cutpoint (the paper's 0.9); only cutpoints are trained
-    (the probability mask)."""
+    """A token sampled with probability below this is a cutpoint (the paper's 0.9).
+
+    Only the cutpoints are trained (the probability mask, `credit.prob_mask`)."""
     interval: int = Field(5, ge=1)
     """A segment boundary before every `interval`-th cutpoint (the paper's `int5`; 1: before every cutpoint)."""
     k: int = Field(9, ge=1)
