@@ -122,6 +122,7 @@ def random_batch(B: int, T: int, generator: torch.Generator) -> RolloutBatch:
         edit_mask=response_mask & (uniform(B, T) < 0.1),
         segment_ids=segment_ids,
         step_values=torch.where(response_mask, step_values, 0.0),
+        cutpoint_mask=response_mask & (pi < 0.9),  # SPO-chain's cutpoints: sampled below p 0.9
         sum_pi_squared=torch.where(response_mask, sum_pi_squared, 0.0),
     )
 
