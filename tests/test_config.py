@@ -174,7 +174,7 @@ def test_several_errors_are_all_listed():
 
 def test_unknown_method_and_switches():
     message = config_error(["method=gpro"])
-    assert "unknown method 'gpro'; valid names: dapo, dr_grpo, grpo, grpo_lambda" in message
+    assert "unknown method 'gpro'; valid names: dapo, dr_grpo, fr3e, grpo, grpo_lambda" in message
     message = config_error(["loss.lamb=0.9"])
     assert re.search(r"grpo\.loss: unknown switch\(es\) lamb; allowed: .*\bclip_high\b", message), message
     message = config_error(["method=p_trace", "loss.lamb=0.9"])
