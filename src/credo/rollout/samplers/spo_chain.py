@@ -11,7 +11,7 @@ response's reward. A response's advantages sum over its segments to `R - V(s_0)`
 prompt's value; a single segment is GRPO's direction. With exact values, a failure's segments before its
 error keep or gain value (no negative credit) and the segment holding the error carries the drop.
 
-SPO-chain (the paper's instance for short chains of thought, sec. 4.1) partitions at *cutpoints*, the tokens
+SPO-chain (the paper's instance for short chains of thought) partitions at *cutpoints*, the tokens
 whose sampling probability is below a threshold (`p_t < 0.9`): the policy could have gone elsewhere there,
 while a near-certain token changes little. A boundary is placed before every `interval`-th cutpoint (the
 paper's `int5`: every fifth), so each segment holds `interval` cutpoints. Its *probability mask* trains only
