@@ -99,8 +99,9 @@ class FR3EConfig(Section):
 
     Each kept response costs `branches + 1` states (the prompt among them) of `rollout.group_size` continuations."""
     thoughts: ThoughtRules = ThoughtRules()
-    """When a response's episode ends (its answer, its token budget), as for the vine sampler; FR3E cuts at
-    tokens, not thoughts."""
+    """When a response's episode ends (its answer, its token budget), as for the vine sampler.
+
+    FR3E cuts responses at tokens, not at thoughts."""
 
 
 def sample_fr3e(backend: GenerationBackend, task: Task, stream: ProblemStream, options: RolloutConfig) -> Rollout:
