@@ -177,7 +177,7 @@ def decode(model, tokenizer, ids: Tensor, mask: Tensor, cache, *, max_new_tokens
            cuda_graphs: bool = True) -> list[tuple[list[int], list[float], list[float], bool]]:
     """Sample up to `max_new_tokens` after left-padded prompts `ids` (N, P) whose all-but-last tokens are in
     the static `cache`; returns each row's response tokens, their probabilities under the temperature-scaled
-    distribution (`chosen_probs`), that distribution's entropy at each (`sampling_entropies`), and whether it
+    distribution and that distribution's entropy at each (`token_statistics`), and whether it
     ended (one of `end_ids`, or a stop string). With `keys` (N,), row r's token t is drawn with the uniform
     `crn.uniforms(keys[r], t)`.
 
@@ -209,13 +209,13 @@ def decode(model, tokenizer, ids: Tensor, mask: Tensor, cache, *, max_new_tokens
         logits = forward(token, attention[:, :capacity], positions)  # (n, V)
         u = None if keys is None or greedy else uniforms(keys[live], step)
         token = pick_tokens(logits, temperature=temperature, top_p=top_p, greedy=greedy, u=u)  # (n, 1)
-        chosen = chosen_probs(logits, token, 1.0 if greedy else temperature)
-        spread = sampling_entropies(logits, 1.0 if greedy else temperature)
+        stats = token_statistics(logits, token, 1.0 if greedy else temperature)  # (n, 2)
+        picked = torch.cat([token.double(), stats.double()], dim=1).tolist()  # one transfer per step
         running = []
-        for index, (row, value, prob, entropy) in enumerate(zip(live.tolist(), token[:, 0].tolist(), chosen.tolist(),
-                                                                spread.tolist())):
+        for index, (row, (value, prob, entropy)) in enumerate(zip(live.tolist(), picked)):
             if ended[row]:
                 continue  # finished at an earlier step, still in the batch until the next compaction
+            value = int(value)
             tokens[row].append(value)
             probs[row].append(prob)
             entropies[row].append(entropy)
@@ -267,18 +267,13 @@ def pick_tokens(logits: Tensor, *, temperature: float, top_p: float, greedy: boo
     return torch.multinomial(probs, 1) if u is None else sample_by_inversion(probs, u)
 
 
-def chosen_probs(logits: Tensor, token: Tensor, temperature: float) -> Tensor:
-    """(n,) the probability of each row's `token` (n, 1) under `softmax(logits / temperature)`, before top-p's cut
-    (`decode` reads greedy tokens at temperature 1)."""
-    return torch.softmax(logits.float() / temperature, dim=-1).gather(-1, token)[:, 0]
-
-
-def sampling_entropies(logits: Tensor, temperature: float) -> Tensor:
-    """(n,) the entropy `-sum_v p_v log p_v` of each row's `p = softmax(logits / temperature)` (the whole
-    distribution, before top-p's cut, as `credo.logprobs` scores `entropy`), clamped at 0 against round-off."""
+def token_statistics(logits: Tensor, token: Tensor, temperature: float) -> Tensor:
+    """(n, 2): each row's `token` (n, 1) probability under `p = softmax(logits / temperature)` and the entropy
+    `-sum_v p_v log p_v` of `p` (clamped at 0 against round-off), both of the whole distribution, before top-p's
+    cut, as `credo.logprobs` scores `entropy` (`decode` reads greedy tokens at temperature 1)."""
     logp = torch.log_softmax(logits.float() / temperature, dim=-1)
-    entropy = -(logp.exp() * logp).sum(dim=-1)
-    return entropy.clamp(min=0.0)
+    entropy = (-(logp.exp() * logp).sum(dim=-1)).clamp(min=0.0)
+    return torch.stack([logp.gather(-1, token)[:, 0].exp(), entropy], dim=1)
 
 
 def shared_prompt_cache(model, ids: Tensor, mask: Tensor, repeat: int, max_length: int):
