@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import torch
 
 from credo.rollout.generate import Completions, left_pad, right_pad
-from credo.tasks.arith import OPS, Chain, format_answer, format_step
+from credo.tasks.arith import OPS, Chain, format_answer, format_step, solution
 from credo.testbed import END, build_tokenizer
 
 
@@ -62,3 +64,33 @@ def chain_of(prompt: str) -> Chain:
     """The chain of an arith prompt such as "09+6*8*2?"."""
     body = prompt.rstrip("?")
     return Chain(int(body[:2]), tuple((body[i], int(body[i + 1])) for i in range(2, len(body), 2)))
+
+
+def exact_policy(wrong_rows: dict[int, int], successes=None, policy=ScriptedPolicy):
+    """A `policy` (ScriptedPolicy or a subclass) whose draw `i` of each prompt is right, or wrong at step
+    `wrong_rows[i]` (0-based). A continuation of a right prefix finishes right, of a wrong one stays wrong; with
+    `successes(j)`, a continuation of a right prefix of `j` steps finishes right on only that many of every 4 calls
+    (values j/4 exactly). For the samplers that value states by continuations (vine, SPO-chain)."""
+    draws, calls = Counter(), Counter()
+
+    def draw(prompt):
+        draws[prompt] += 1
+        index = (draws[prompt] - 1) % 4
+        chain = chain_of(prompt)
+        return wrong_at(chain, wrong_rows[index]) if index in wrong_rows else solution(chain)
+
+    def continue_(prompt, after):
+        chain = chain_of(prompt)
+        right = solution(chain)
+        if right.startswith(after):
+            steps = after.count("</thought>")
+            calls[(prompt, after)] += 1
+            ok = successes is None or (calls[(prompt, after)] - 1) % 4 < successes(steps)
+            return right[len(after):] if ok else wrong_at(chain, 2)[len(after):] if steps < 3 else "\\boxed{0}"
+        for index in wrong_rows.values():
+            wrong = wrong_at(chain, index)
+            if wrong.startswith(after):
+                return wrong[len(after):]
+        raise AssertionError(f"unexpected prefix {after!r}")
+
+    return policy(draw, continue_)

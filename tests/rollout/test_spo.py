@@ -6,12 +6,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-from collections import Counter
 
 import pytest
 import torch
 from batches import random_batch
-from scripted import ScriptedPolicy, chain_of, wrong_at
+from scripted import ScriptedPolicy, exact_policy
 from tiny import TINY
 
 from credo.batch import RolloutBatch
@@ -22,7 +21,7 @@ from credo.rollout.groups import ProblemStream
 from credo.rollout.samplers.spo_chain import SegmentAdvantage, boundaries, sample_spo_chain, segment_layout
 from credo.rollout.thoughts import THOUGHT_END
 from credo.tasks import ArithTask
-from credo.tasks.arith import ArithConfig, solution
+from credo.tasks.arith import ArithConfig
 
 TASK = ArithTask(ArithConfig(min_steps=3, max_steps=3))
 THOUGHT = 6  # tokens of a testbed step: op, operand, =, two digits, </thought>
@@ -46,33 +45,9 @@ class ProbedPolicy(ScriptedPolicy):
         return dataclasses.replace(out, token_probs=probs)
 
 
-def exact_policy(wrong_rows: dict[int, int], successes=None, probed=True):
-    """Draw `i` of each prompt is right, or wrong at step `wrong_rows[i]` (0-based). A continuation of a right
-    prefix finishes right, of a wrong one stays wrong; with `successes(j)`, a continuation of a right prefix of
-    `j` steps finishes right on only that many of every 4 calls (values j/4 exactly)."""
-    draws, calls = Counter(), Counter()
-
-    def draw(prompt):
-        draws[prompt] += 1
-        index = (draws[prompt] - 1) % 4
-        chain = chain_of(prompt)
-        return wrong_at(chain, wrong_rows[index]) if index in wrong_rows else solution(chain)
-
-    def continue_(prompt, after):
-        chain = chain_of(prompt)
-        right = solution(chain)
-        if right.startswith(after):
-            steps = after.count(THOUGHT_END)
-            calls[(prompt, after)] += 1
-            ok = successes is None or (calls[(prompt, after)] - 1) % 4 < successes(steps)
-            return right[len(after):] if ok else wrong_at(chain, 2)[len(after):] if steps < 3 else "\\boxed{0}"
-        for index in wrong_rows.values():
-            wrong = wrong_at(chain, index)
-            if wrong.startswith(after):
-                return wrong[len(after):]
-        raise AssertionError(f"unexpected prefix {after!r}")
-
-    return (ProbedPolicy if probed else ScriptedPolicy)(draw, continue_)
+def probed_policy(wrong_rows: dict[int, int], successes=None) -> ProbedPolicy:
+    """`scripted.exact_policy` whose generations report each token's probability (`ProbedPolicy`)."""
+    return exact_policy(wrong_rows, successes, ProbedPolicy)
 
 
 def run(policy, cfg, seed=0):
@@ -84,7 +59,7 @@ def run(policy, cfg, seed=0):
 
 
 def test_segments_values_and_mask_are_exact_when_continuations_are_deterministic():
-    policy = exact_policy({1: 1})  # row 1 of each group goes wrong at its second step
+    policy = probed_policy({1: 1})  # row 1 of each group goes wrong at its second step
     rollout = run(policy, options(interval=1, k=3))
     values, segments = rollout.records["step_values"], rollout.records["segment_ids"]
     # cutpoints at each thought's first token: boundaries before thoughts 2, 3 and the answer
@@ -101,7 +76,7 @@ def test_segments_values_and_mask_are_exact_when_continuations_are_deterministic
 
 
 def test_every_interval_th_cutpoint_starts_a_segment():
-    policy = exact_policy({}, successes=lambda steps: steps)  # after j right steps, j of every 4 finish right
+    policy = probed_policy({}, successes=lambda steps: steps)  # after j right steps, j of every 4 finish right
     rollout = run(policy, options(prompts=1, interval=2, k=4))
     # cutpoints at 0, 6, 12, 18: boundaries before the 1st and 3rd; the 1st is the prompt
     segments = rollout.records["segment_ids"][0, : 3 * THOUGHT + 1].tolist()
@@ -111,7 +86,7 @@ def test_every_interval_th_cutpoint_starts_a_segment():
 
 
 def test_every_continuation_token_is_counted_and_continuations_keep_the_budget():
-    policy = exact_policy({1: 1})
+    policy = probed_policy({1: 1})
     rollout = run(policy, options(prompts=2, interval=1, k=3))
     responses = int(rollout.completions.response_mask.sum())
     assert rollout.metrics["spo/tokens_base"] == responses
@@ -125,8 +100,8 @@ def test_every_continuation_token_is_counted_and_continuations_keep_the_budget()
 
 
 def test_max_cutpoints_bounds_the_boundaries_reproducibly():
-    first = run(exact_policy({1: 1}), options(prompts=1, interval=1, k=2, max_cutpoints=1), seed=5)
-    again = run(exact_policy({1: 1}), options(prompts=1, interval=1, k=2, max_cutpoints=1), seed=5)
+    first = run(probed_policy({1: 1}), options(prompts=1, interval=1, k=2, max_cutpoints=1), seed=5)
+    again = run(probed_policy({1: 1}), options(prompts=1, interval=1, k=2, max_cutpoints=1), seed=5)
     assert torch.equal(first.records["segment_ids"], again.records["segment_ids"])
     for row in range(4):
         segments = first.records["segment_ids"][row][first.completions.response_mask[row]]
@@ -136,7 +111,7 @@ def test_max_cutpoints_bounds_the_boundaries_reproducibly():
 
 def test_a_backend_without_token_probabilities_is_refused():
     with pytest.raises(ValueError, match="does not record"):
-        run(exact_policy({}, probed=False), options(prompts=1))
+        run(exact_policy({}), options(prompts=1))
 
 
 def test_boundaries_are_every_interval_th_low_probability_token():
@@ -322,7 +297,7 @@ def test_an_spo_chain_run_trains_through_the_registry(tmp_path):
 
     method = get_method("spo_chain")
     assert set(method.sampler.records) == {"segment_ids", "step_values", "cutpoint_mask"} and not method.needs
-    rollout = run(exact_policy({1: 1}), options(prompts=1, interval=1, k=2))
+    rollout = run(probed_policy({1: 1}), options(prompts=1, interval=1, k=2))
     credited, metrics = method.credit(rollout.batch())
     assert credited.advantages[1].min() < 0 and metrics["credit/negative_token_share"] > 0
     config = load_config(None, [*TINY, "method=spo_chain", "train.steps=2", "rollout.spo_chain={k: 2, interval: 2}"])

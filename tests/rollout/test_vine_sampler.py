@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import random
-from collections import Counter
 
 import pytest
 import torch
-from scripted import ScriptedPolicy, chain_of, wrong_at
+from scripted import exact_policy
 
 from credo.config import load_config
 from credo.methods import get_method
 from credo.rollout.groups import ProblemStream
 from credo.rollout.samplers.vine import sample_vine
 from credo.tasks import ArithTask
-from credo.tasks.arith import ArithConfig, solution
+from credo.tasks.arith import ArithConfig
 
 TASK = ArithTask(ArithConfig(min_steps=3, max_steps=3))
 THOUGHT = 6  # tokens of a testbed step: op, operand, =, two digits, </thought>
@@ -23,35 +22,6 @@ THOUGHT = 6  # tokens of a testbed step: op, operand, =, two digits, </thought>
 def options(prompts=2, group=4, **vine):
     return load_config(None, [f"rollout.prompts_per_step={prompts}", f"rollout.group_size={group}",
                               "rollout.max_new_tokens=48", f"rollout.vine={vine}", "method=vine"]).rollout
-
-
-def exact_policy(wrong_rows: dict[int, int], successes=None):
-    """Draw `i` of each prompt is right, or wrong at step `wrong_rows[i]` (0-based). A continuation of a right
-    prefix finishes right, of a wrong one stays wrong; with `successes(j)`, a continuation of a right prefix of
-    `j` steps finishes right on only that many of every 4 calls (values j/4 exactly)."""
-    draws, calls = Counter(), Counter()
-
-    def draw(prompt):
-        draws[prompt] += 1
-        index = (draws[prompt] - 1) % 4
-        chain = chain_of(prompt)
-        return wrong_at(chain, wrong_rows[index]) if index in wrong_rows else solution(chain)
-
-    def continue_(prompt, after):
-        chain = chain_of(prompt)
-        right = solution(chain)
-        if right.startswith(after):
-            steps = after.count("</thought>")
-            calls[(prompt, after)] += 1
-            ok = successes is None or (calls[(prompt, after)] - 1) % 4 < successes(steps)
-            return right[len(after):] if ok else wrong_at(chain, 2)[len(after):] if steps < 3 else "\\boxed{0}"
-        for index in wrong_rows.values():
-            wrong = wrong_at(chain, index)
-            if wrong.startswith(after):
-                return wrong[len(after):]
-        raise AssertionError(f"unexpected prefix {after!r}")
-
-    return ScriptedPolicy(draw, continue_)
 
 
 def run(policy, cfg, seed=0):

@@ -23,12 +23,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import torch
+
+from credo.batch import RecordedField
 from credo.rollout.backend import GenerationBackend
 from credo.rollout.options import RolloutOptions
 from credo.rollout.rows import Row, continue_rows
 from credo.rollout.thoughts import ThoughtRules
 from credo.tasks import Task
 
+STEP_VALUES = RecordedField(
+    "token", "float", "Monte-Carlo value of the state each token's step starts from, 0 off the response",
+    example=lambda: torch.tensor(((1 / 3, 0.5, 0.75), (2 / 3, 0.75, 0.0), (1 / 3, 0.5, 1.0), (2 / 3, 0.5, 0.75)))
+    .repeat_interleave(2, dim=1),
+)
+"""`step_values`, recorded by the samplers that value the states between steps by continuations (vine,
+SPO-chain). The demo's toy responses are three steps of two tokens; each row's value before each step (the first:
+its siblings' mean reward) drops across each failure's wrong step."""
 
 def boundary_values(backend: GenerationBackend, task: Task, requests: Sequence[tuple[Row, Sequence[int]]], k: int,
                     options: RolloutOptions, rules: ThoughtRules) -> tuple[list[list[float]], int]:

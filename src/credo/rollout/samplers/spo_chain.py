@@ -62,9 +62,9 @@ from credo.rollout.generate import encode_prompts
 from credo.rollout.groups import ProblemStream, Rollout
 from credo.rollout.rows import SEGMENT_IDS, assemble, make_rows, per_token
 from credo.rollout.samplers.base import Sampler, registered
-from credo.rollout.samplers.vine import TOY_STEP_VALUES, sibling_values
+from credo.rollout.samplers.vine import sibling_values
 from credo.rollout.thoughts import ThoughtRules
-from credo.rollout.values import prefix_values
+from credo.rollout.values import STEP_VALUES, prefix_values
 from credo.schema import Section
 from credo.tasks import Task, sandbox_failures
 
@@ -204,9 +204,7 @@ class SpoChainSampler(Sampler):
                             "(Monte-Carlo segment values, never trained on)")
     records: ClassVar[Mapping[str, RecordedField]] = {
         "segment_ids": SEGMENT_IDS,
-        "step_values": RecordedField(
-            "token", "float", "Monte-Carlo value of the state each token's step starts from, 0 off the response",
-            example=lambda: torch.tensor(TOY_STEP_VALUES).repeat_interleave(2, dim=1)),
+        "step_values": STEP_VALUES,
         "cutpoint_mask": RecordedField(
             "token", "bool", "tokens sampled with probability below rollout.spo_chain.threshold (SPO's cutpoints)",
             _off_response_false, lambda: torch.tensor([True, False]).repeat(4, 3)),

@@ -33,17 +33,12 @@ from credo.rollout.groups import ProblemStream, Rollout
 from credo.rollout.rows import SEGMENT_IDS, Row, assemble, make_rows, per_token
 from credo.rollout.samplers.base import Sampler, registered
 from credo.rollout.thoughts import ThoughtRules
-from credo.rollout.values import boundary_values, largest_drop
+from credo.rollout.values import STEP_VALUES, boundary_values, largest_drop
 from credo.schema import Section
 from credo.tasks import Task, sandbox_failures
 
 if TYPE_CHECKING:
     from credo.rollout.samplers import RolloutConfig
-
-
-TOY_STEP_VALUES = ((1 / 3, 0.5, 0.75), (2 / 3, 0.75, 0.0), (1 / 3, 0.5, 1.0), (2 / 3, 0.5, 0.75))
-"""The demo's step values: each toy response's value before each of its three steps (the first: its siblings'
-mean reward), dropping across each failure's wrong step."""
 
 
 class VineConfig(Section):
@@ -149,9 +144,7 @@ class VineSampler(Sampler):
                             "(Monte-Carlo step values, never trained on)")
     records: ClassVar[Mapping[str, RecordedField]] = {
         "segment_ids": SEGMENT_IDS,
-        "step_values": RecordedField(
-            "token", "float", "Monte-Carlo value of the state each token's step starts from, 0 off the response",
-            example=lambda: torch.tensor(TOY_STEP_VALUES).repeat_interleave(2, dim=1)),
+        "step_values": STEP_VALUES,
     }
     iid: ClassVar[bool] = False
     options: ClassVar[type[Section] | None] = VineConfig
