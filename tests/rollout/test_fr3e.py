@@ -325,3 +325,24 @@ def test_an_fr3e_run_trains_through_the_registry(tmp_path):
     config = load_config(None, [*TINY, "method=fr3e", "train.steps=2", "rollout.fr3e={base: 2, branches: 2}"])
     summary = train(config, tmp_path / "run", show_progress=False)
     assert summary["method"] == "fr3e" and summary["steps"] == 2 and summary["rollout_tokens"] > 0
+
+
+def test_a_continuation_that_loses_its_prefixs_last_thought_keeps_a_prefix_within_its_episode():
+    """A branch point inside a thought: when the continuation runs that thought past the token budget, the episode
+    rules drop the thought, prefix included; the row's kept prefix is then its whole (shorter) episode, never more
+    (found by a hard-regime run: `RolloutBatch.prefix_len` above the response length)."""
+    from credo.rollout.generate import Completions
+    from credo.rollout.rows import make_rows
+    from credo.rollout.thoughts import ThoughtRules
+    from credo.testbed import build_tokenizer
+
+    tokenizer = build_tokenizer()
+    thought = tokenizer("+5=12</thought>", add_special_tokens=False)["input_ids"]
+    prefix = thought + thought[:3]  # one whole thought, then the branch point inside the second
+    generated = thought[3:-1] * 3  # the second thought runs on without closing
+    prompt = tokenizer("1+2?", add_special_tokens=False)["input_ids"]
+    out = Completions.from_lists([prompt + prefix], [generated], [""], [True], tokenizer.pad_token_id)
+    rules = ThoughtRules(budget_tokens=len(thought) + 4)
+    [problem] = ProblemStream(TASK, seed=3).take(1)
+    [row] = make_rows(tokenizer, TASK, [problem], out, rules, "zero", prefixes=[prefix])
+    assert row.episode.ids == thought and row.prefix_len == len(thought) <= len(prefix)

@@ -67,7 +67,9 @@ class Row:
 
 def make_rows(tokenizer, task, problems, out: Completions, rules: ThoughtRules, on_error: str,
               prefixes: list[list[int]] | None = None) -> list[Row]:
-    """Rows from generated completions: (prefix +) response cut to its episode, verified."""
+    """Rows from generated completions: (prefix +) response cut to its episode, verified. A row's `prefix_len` is
+    the part of its kept episode that the prefix holds: all of the prefix, unless the episode rules cut inside it
+    (a prefix that ends inside a thought whose continuation crosses the token budget loses that thought)."""
     rows = []
     for n, problem in enumerate(problems):
         generated = out.response_ids[n][out.response_mask[n]].tolist()
@@ -77,7 +79,7 @@ def make_rows(tokenizer, task, problems, out: Completions, rules: ThoughtRules, 
         prompt = out.prompt_ids[n][out.prompt_mask[n]].tolist()
         rows.append(Row(problem, prompt[: len(prompt) - len(prefix)], kept,
                         tokenizer.decode(kept.ids, skip_special_tokens=True), None, bool(out.truncated[n]),
-                        prefix_len=len(prefix), tokens=len(generated)))
+                        prefix_len=min(len(prefix), len(kept.ids)), tokens=len(generated)))
     verdicts, _ = verify_all(task, [r.problem for r in rows], [r.text for r in rows], on_error)
     for row, verdict in zip(rows, verdicts):
         row.verdict = verdict
