@@ -65,6 +65,12 @@ class RecordedField:
     """Its value on `credo.demo`'s toy group (one prompt, four responses of six tokens, rewards 1, 0, 1, 0)."""
 
 
+def inside_response(mask: Tensor, response: Tensor) -> tuple[Tensor, str]:
+    """The rule of every token mask of a batch (`loss_mask`, `trace_mask`, the masks samplers record): it
+    selects response tokens only."""
+    return mask & ~response, "selects tokens outside response_mask"
+
+
 RECORDED: dict[str, RecordedField] = {}
 """Every field a registered sampler records, by name (`declare_recorded`); `RolloutBatch` keeps them in
 `recorded` and gives them as attributes (`batch.prefix_len`)."""
@@ -259,8 +265,10 @@ def _validate(batch: RolloutBatch) -> None:
         _validate_recorded(name, value, batch.response_mask)
     for name in ("loss_mask", "trace_mask"):
         mask = getattr(batch, name)
-        if mask is not None and (mask & ~response).any():
-            _fail(name, f"selects tokens outside response_mask: {_first_position(mask & ~response)}")
+        if mask is not None:
+            bad, must = inside_response(mask, response)
+            if bad.any():
+                _fail(name, f"{must}: {_first_position(bad)}")
     if (batch.prompt_ids is None) != (batch.prompt_mask is None):
         _fail("prompt_mask", "prompt_ids and prompt_mask come together (both or neither)")
     if batch.prompt_ids is not None:

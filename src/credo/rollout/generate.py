@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -44,16 +44,15 @@ class Completions:
         prompt_ids, prompt_mask = left_pad(prompts, pad)
         response_ids, response_mask = right_pad(responses, pad)
         return cls(prompt_ids, prompt_mask, response_ids, response_mask, texts, torch.tensor(truncated),
-                   _per_token(probs, response_ids.shape), _per_token(entropies, response_ids.shape))
+                   *(None if values is None else per_token(values, response_ids.shape[1], 0.0, torch.float32)
+                     for values in (probs, entropies)))
 
 
-def _per_token(values: list[list[float]] | None, shape: torch.Size) -> Tensor | None:
-    """(N, T) float32 of each row's leading `values`, 0 after them; None for None."""
-    if values is None:
-        return None
-    table = torch.zeros(shape, dtype=torch.float32)
+def per_token(values: Sequence[Sequence[float | int]], width: int, fill: float, dtype: torch.dtype) -> Tensor:
+    """(N, width) tensor of each row's per-token `values`, left-aligned, `fill` after them."""
+    table = torch.full((len(values), width), fill, dtype=dtype)
     for n, row in enumerate(values):
-        table[n, : len(row)] = torch.tensor(row, dtype=torch.float32)
+        table[n, : len(row)] = torch.tensor(row, dtype=dtype)
     return table
 
 

@@ -3,8 +3,8 @@
 A `Row` is one sampled response cut to its episode (`credo.rollout.thoughts`), verified, with the prefix it
 continues (a reset's kept thoughts, a Monte-Carlo continuation's state) and the tokens generated for it.
 `make_rows` turns a generation call's completions into rows, `continue_rows` samples continuations of kept
-prefixes; `assemble` turns groups of rows into one `Rollout`, and `per_token` lays per-token values of the
-rows out as a padded (N, T) tensor for its records.
+prefixes; `assemble` turns groups of rows into one `Rollout` (`credo.rollout.generate.per_token` lays per-token
+values of the rows out as a padded (N, T) tensor for its records).
 """
 
 from __future__ import annotations
@@ -114,14 +114,6 @@ def continue_rows(backend: GenerationBackend, task, starts: Sequence[tuple[Row, 
         for slot, index in enumerate(indices):
             out[index] = rows[slot * repeat : (slot + 1) * repeat]
     return [r for rows in out for r in rows]
-
-
-def per_token(values: Sequence[Sequence[float | int]], width: int, fill: float, dtype: torch.dtype) -> Tensor:
-    """(N, width) tensor of each row's per-token `values`, left-aligned, `fill` after them."""
-    table = torch.full((len(values), width), fill, dtype=dtype)
-    for n, row in enumerate(values):
-        table[n, : len(row)] = torch.tensor(row, dtype=dtype)
-    return table
 
 
 def assemble(groups: list[list[Row]], pad: int, tokens: int) -> Rollout:

@@ -26,11 +26,11 @@ from pydantic import Field
 from credo.batch import RecordedField
 from credo.passk import pass_at_k
 from credo.rollout.backend import GenerationBackend
-from credo.rollout.generate import encode_prompts
+from credo.rollout.generate import encode_prompts, per_token
 from credo.rollout.groups import ProblemStream, Rollout
 from credo.rollout.localise import LOCALISE_PROMPT, STEP_FORMAT, localisation_prompt, parse_step
 from credo.rollout.reset_plan import SPLITS, draws_needed, plan
-from credo.rollout.rows import SEGMENT_IDS, Row, assemble, continue_rows, make_rows, per_token
+from credo.rollout.rows import SEGMENT_IDS, Row, assemble, continue_rows, make_rows
 from credo.rollout.samplers.base import Sampler, registered
 from credo.rollout.thoughts import ThoughtRules
 from credo.rollout.values import boundary_values, first_below, largest_drop

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 from pydantic import Field, field_validator
 
-from credo.batch import RecordedField
+from credo.batch import RecordedField, inside_response
 from credo.credit.revisions import closest_revision, edit_mask
 from credo.rollout.backend import GenerationBackend
 from credo.rollout.generate import Completions, encode_prompts
@@ -184,7 +184,7 @@ class RevisionSampler(Sampler):
             lambda: torch.tensor([0.0, 2.0 / 3.0, 0.0, 0.0])),  # the demo: two of three revisions of row 1 verify
         "edit_mask": RecordedField(
             "token", "bool", "tokens the closest successful revision changed (rows without one: none)",
-            lambda edit, response: (edit & ~response, "selects tokens outside response_mask"),
+            inside_response,
             _toy_edits),
     }
     iid: ClassVar[bool] = False

@@ -54,13 +54,13 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 from pydantic import Field
 
-from credo.batch import RecordedField, RolloutBatch
+from credo.batch import RecordedField, RolloutBatch, inside_response
 from credo.credit.base import Metrics
 from credo.credit.vine import step_advantages, whiten
 from credo.rollout.backend import GenerationBackend
-from credo.rollout.generate import encode_prompts
+from credo.rollout.generate import encode_prompts, per_token
 from credo.rollout.groups import ProblemStream, Rollout
-from credo.rollout.rows import SEGMENT_IDS, assemble, make_rows, per_token
+from credo.rollout.rows import SEGMENT_IDS, assemble, make_rows
 from credo.rollout.samplers.base import Sampler, registered
 from credo.rollout.samplers.vine import sibling_values
 from credo.rollout.thoughts import ThoughtRules
@@ -160,11 +160,6 @@ def segment_layout(length: int, cuts: list[int], values: list[float]) -> tuple[l
     return segments, [values[s] for s in segments]
 
 
-def _off_response_false(value: torch.Tensor, response: torch.Tensor) -> tuple[torch.Tensor, str]:
-    """A cutpoint is a response token."""
-    return value & ~response, "must be False off the response"
-
-
 @dataclass(frozen=True, kw_only=True)
 class SegmentAdvantage:
     """SPO's estimator: each segment's tokens get the change in Monte-Carlo value across the segment, only the
@@ -207,7 +202,7 @@ class SpoChainSampler(Sampler):
         "step_values": STEP_VALUES,
         "cutpoint_mask": RecordedField(
             "token", "bool", "tokens sampled with probability below rollout.spo_chain.threshold (SPO's cutpoints)",
-            _off_response_false, lambda: torch.tensor([True, False]).repeat(4, 3)),
+            inside_response, lambda: torch.tensor([True, False]).repeat(4, 3)),
     }
     iid: ClassVar[bool] = False
     options: ClassVar[type[Section] | None] = SpoChainConfig

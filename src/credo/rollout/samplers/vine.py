@@ -28,9 +28,9 @@ from pydantic import Field
 
 from credo.batch import RecordedField
 from credo.rollout.backend import GenerationBackend
-from credo.rollout.generate import encode_prompts
+from credo.rollout.generate import encode_prompts, per_token
 from credo.rollout.groups import ProblemStream, Rollout
-from credo.rollout.rows import SEGMENT_IDS, Row, assemble, make_rows, per_token
+from credo.rollout.rows import SEGMENT_IDS, Row, assemble, make_rows
 from credo.rollout.samplers.base import Sampler, registered
 from credo.rollout.thoughts import ThoughtRules
 from credo.rollout.values import STEP_VALUES, boundary_values, largest_drop
