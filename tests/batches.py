@@ -57,6 +57,7 @@ def random_batch(
     spread = torch.rand(B, T, generator=gen, dtype=dtype) * (1 - pi).square()
     fields.update(sum_pi_squared=torch.where(response_mask, pi.square() + spread, 0.0))
     fields.update(branch_id=ids[perm] % 3)  # FR3E: the kept response whose state a row continues
+    fields.update(edge_mask=response_mask & (torch.rand(B, T, generator=gen) < 0.6))  # SPO-tree: carried edges
     return RolloutBatch(**fields, blame_start=blame.clamp(max=lengths))
 
 

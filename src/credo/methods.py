@@ -34,6 +34,7 @@ from credo.rollout.samplers.groups import GroupSampler
 from credo.rollout.samplers.resets import ResetSampler
 from credo.rollout.samplers.revisions import RevisionSampler
 from credo.rollout.samplers.spo_chain import SegmentAdvantage, SpoChainSampler
+from credo.rollout.samplers.spo_tree import SpoTreeSampler, TreeEdgeAdvantage
 from credo.rollout.samplers.vine import VineSampler
 
 FAMILIES: dict[str, str] = {
@@ -285,6 +286,12 @@ _add(Method(
     "SPO-chain: segments end before every 5th token below p 0.9, each gets its Monte-Carlo value change (K = 9); "
     "only those tokens train",
     SpoChainSampler(), SegmentAdvantage(), PPOClipLoss(agg="token_mean"),
+))
+_add(Method(
+    "spo_tree", "value", "2505.23564",
+    "SPO-tree: a 6-6-6 tree of 30-token segments, each edge gets its child's value minus its parent's (the mean of "
+    "the leaves below); only tokens below p 0.9 train",
+    SpoTreeSampler(), TreeEdgeAdvantage(), PPOClipLoss(agg="token_mean"),
 ))
 _add(Method(
     "ktae", "token", "2505.16826",
