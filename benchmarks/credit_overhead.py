@@ -124,6 +124,7 @@ def random_batch(B: int, T: int, generator: torch.Generator) -> RolloutBatch:
         step_values=torch.where(response_mask, step_values, 0.0),
         cutpoint_mask=response_mask & (pi < 0.9),  # SPO-chain's cutpoints: sampled below p 0.9
         branch_id=torch.arange(B) // (GROUP_SIZE * 5),  # FR3E: 5 states' groups continue one response
+        edge_mask=response_mask & (uniform(B, T) < 0.4),  # SPO-tree: the tokens of the edges a row carries
         sum_pi_squared=torch.where(response_mask, sum_pi_squared, 0.0),
     )
 

@@ -54,6 +54,7 @@ code differs or is silent:
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import random
 from collections import defaultdict
 from collections.abc import Mapping
@@ -329,7 +330,9 @@ class SpoTreeSampler(Sampler):
     records: ClassVar[Mapping[str, RecordedField]] = {
         "segment_ids": SEGMENT_IDS,
         "step_values": STEP_VALUES,
-        "cutpoint_mask": SpoChainSampler.records["cutpoint_mask"],
+        "cutpoint_mask": dataclasses.replace(
+            SpoChainSampler.records["cutpoint_mask"],
+            meaning="tokens sampled with probability below rollout.spo_tree.threshold (the probability mask)"),
         "edge_mask": RecordedField(
             "token", "bool", "tokens of the tree edges (segments) a row trains; each drawn edge in one row only",
             inside_response, lambda: torch.tensor([False, False, True, True, True, True]).repeat(4, 1)),
