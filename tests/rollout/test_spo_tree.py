@@ -156,9 +156,14 @@ def test_a_tree_with_no_edge_to_train_gives_one_row_that_trains_nothing():
     assert not credited.loss_mask.any()
 
 
-def test_the_options_are_checked_against_the_budget_and_the_backend():
-    with pytest.raises(ValueError, match="rollout.spo_tree: 2 levels of segment_tokens = 30 leave no token"):
-        load_config(None, ["method=spo_tree", "rollout.max_new_tokens=60"])
+def test_a_tree_ends_where_its_segments_reach_the_budget():
+    """Segments of 6 tokens under a 6-token budget: the first level's children are leaves, however many levels
+    `branching` asks for."""
+    policy, rollout = run(options(prompts=1, max_new_tokens=THOUGHT, branching=[4, 4]))
+    assert len(policy.calls) == 1 and rollout.metrics["spo_tree/nodes_per_prompt"] == 4
+
+
+def test_the_vllm_backend_is_refused():
     with pytest.raises(ValueError, match="rollout.backend = vllm does not record"):
         load_config(None, ["method=spo_tree", "rollout.max_new_tokens=96", "rollout.backend=vllm"])
 

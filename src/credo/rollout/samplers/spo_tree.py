@@ -4,7 +4,7 @@ SPO-tree, the paper's instance for long chains of thought (Guo et al. 2025, gith
 one tree per prompt: the root is the prompt; a node's children are sampled from the node's path (prompt + the
 segments above it), each `segment_tokens` long (the paper's `M`), except at the last level, where a child runs to
 the end of the response's budget. A child that finishes (its answer, its end token, the budget) is a leaf scored
-by the task. A node's value is the mean of its children's values, a leaf's its reward:
+by the task; a tree whose segments reach the budget before its last level ends there. A node's value is the mean of its children's values, a leaf's its reward:
 
     V(leaf) = R(leaf),    V(n) = (1 / |children(n)|) * sum_{c in children(n)} V(c),
 
@@ -346,10 +346,6 @@ class SpoTreeSampler(Sampler):
 
     def check(self, options: RolloutConfig, checks_steps: bool) -> None:
         super().check(options, checks_steps)
-        spo: SpoTreeConfig = options.spo_tree
-        if spo.segment_tokens * len(spo.branching) >= options.max_new_tokens:
-            raise ValueError(f"rollout.spo_tree: {len(spo.branching)} levels of segment_tokens = {spo.segment_tokens} "
-                             f"leave no token of rollout.max_new_tokens = {options.max_new_tokens} to the last level")
         if options.backend == "vllm":
             raise ValueError("the spo_tree sampler masks by the sampled tokens' probabilities, which rollout.backend "
                              "= vllm does not record (top-k log-probs only); use rollout.backend = transformers")
