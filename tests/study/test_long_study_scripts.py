@@ -1,0 +1,62 @@
+"""The long-horizon study's scripts (docs/results/long-study/): the tuning rule's choice and the phase-0 table."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+FOLDER = Path(__file__).resolve().parents[2] / "docs" / "results" / "long-study"
+
+
+def script(name: str):
+    spec = importlib.util.spec_from_file_location(name, FOLDER / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def tuning_report(per_seed: dict[str, dict[int, tuple[float, float]]]) -> dict:
+    """A report.json regime whose cells have the given (sampled, greedy) areas per seed."""
+    return {"per_seed": {label: {str(seed): {"area_tokens": {"pass@1": s, "greedy_pass@1": g}}
+                                 for seed, (s, g) in seeds.items()}
+                         for label, seeds in per_seed.items()}}
+
+
+def test_the_rule_takes_the_best_mean_area_and_flags_an_edge():
+    choose_rates = script("choose_rates")
+    report = tuning_report({
+        "grpo@lr=5e-05": {100: (0.30, 0.6), 101: (0.34, 0.6)},
+        "grpo@lr=1e-04": {100: (0.36, 0.7), 101: (0.36, 0.7)},
+        "grpo@lr=2e-04": {100: (0.20, 0.5), 101: (0.22, 0.5)},
+        "ibpo@lr=5e-05": {100: (0.40, 0.8)},
+        "ibpo@lr=1e-04": {100: (0.398, 0.9)},   # within the tie margin: greedy area decides
+        "ibpo@lr=2e-04": {100: (0.10, 0.2)},
+        "srpo@lr=1e-04": {100: (0.2, 0.5)},
+        "srpo@lr=2e-04": {100: (0.3, 0.5)},      # best at the top edge
+    })
+    sampled, greedy = choose_rates.areas(report, "pass@1"), choose_rates.areas(report, "greedy_pass@1")
+    assert sampled["grpo"][5e-5] == pytest.approx(0.32)
+    assert choose_rates.choose(sampled["grpo"], greedy["grpo"], 0.005) == (1e-4, "bracketed")
+    assert choose_rates.choose(sampled["ibpo"], greedy["ibpo"], 0.005) == (1e-4, "bracketed")
+    assert choose_rates.choose(sampled["ibpo"], greedy["ibpo"], 0.0) == (5e-5, "extend lower")
+    assert choose_rates.choose(sampled["srpo"], greedy["srpo"], 0.005) == (2e-4, "extend higher")
+
+
+def test_the_phase0_table_reads_finished_runs_only(tmp_path, monkeypatch, capsys):
+    mechanisms = script("mechanisms")
+    for method, finished in (("grpo", True), ("s_trace", True), ("vine", False)):
+        run = tmp_path / "default" / method / "seed100"
+        run.mkdir(parents=True)
+        steps = [{"step": 0}] + [{"step": s, "loss/policy": 0.1, "rollout/tokens": 40000.0 + s, "ratio/max": 1.0,
+                                  "credit/trace_token_share": 0.2} for s in (1, 2)]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in steps))
+        if finished:
+            (run / "summary.json").write_text("{}")
+    monkeypatch.setattr(sys, "argv", ["mechanisms.py", str(tmp_path)])
+    mechanisms.main()
+    out = capsys.readouterr().out
+    assert "| `grpo` | 40,002 |" in out and "`credit/trace_token_share` 0.2" in out and "`vine`" not in out
