@@ -295,6 +295,8 @@ def report(
     html: bool = typer.Option(False, "--html", help="Also write report.html."),
     from_json: bool = typer.Option(False, "--from-json", help="Draw the figures and write the report again from "
                                    "DIRECTORY's report.json (a written report, e.g. a committed one; no runs needed)."),
+    metric: str = typer.Option(None, "--metric", help="Another headline metric for the verdicts (e.g. "
+                               "greedy_pass@1 where the study's is pass@1): a second report, into its own --output."),
 ) -> None:
     """Write a study's report: curves at equal cost with intervals over seeds, a table, findings, credit heatmaps.
 
@@ -302,7 +304,7 @@ def report(
     from credo.study.report import NoFinishedRuns, write_report
 
     try:
-        path = write_report(directory, output, html=html, from_json=from_json)
+        path = write_report(directory, output, html=html, from_json=from_json, headline=metric)
     except NoFinishedRuns as error:  # nothing to report is not a usage error: the one line, exit status 1
         if _options_given["debug"]:
             raise

@@ -101,6 +101,30 @@ def test_report_to_another_directory_and_unfinished_runs(study_dir, tmp_path):
     assert not (study_dir / "report.md").exists()
 
 
+def test_a_second_report_of_the_same_runs_under_another_headline_metric(study_dir, tmp_path):
+    """`headline` moves the verdicts (and the area column) to another metric, in its own folder whose study.yaml
+    names it; the first report is untouched and a report into the study's own folder is refused."""
+    write_report(study_dir)
+    first = json.loads((study_dir / "report.json").read_text())["default"]
+    text = write_report(study_dir, tmp_path / "sampled", headline="pass@1").read_text()
+    second = json.loads((tmp_path / "sampled" / "report.json").read_text())["default"]
+    assert (first["metric"], second["metric"]) == ("greedy_pass@1", "pass@1")
+    areas = {r["method"]: r["auc"]["mean"] for r in second["methods"]}
+    assert areas["better"] == pytest.approx(sum(first_area(first, "better")) / 2 / 2, abs=1e-9)
+    assert "pass@1 area at equal rollout tokens" in text
+    assert yaml.safe_load((tmp_path / "sampled" / "study.yaml").read_text())["report"]["metric"] == "pass@1"
+    assert json.loads((study_dir / "report.json").read_text())["default"] == first
+    with pytest.raises(ValueError, match="its own --output"):
+        write_report(study_dir, headline="pass@1")
+    with pytest.raises(ValueError, match="--from-json redraws"):
+        write_report(study_dir, tmp_path / "again", from_json=True, headline="pass@1")
+
+
+def first_area(report: dict, method: str) -> list[float]:
+    """A method's greedy area per seed in a report."""
+    return [seed["area_tokens"]["greedy_pass@1"] for seed in report["per_seed"][method].values()]
+
+
 def test_report_errors(study_dir, tmp_path):
     with pytest.raises(FileNotFoundError, match="not a study directory"):
         write_report(tmp_path)

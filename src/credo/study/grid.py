@@ -336,7 +336,7 @@ def run_study(study: Study, *, jobs: int = 1, log: Callable[[str], None] = print
     resolved = study.config.model_dump(mode="json")
     if command:
         resolved["command"] = command
-    write_text_atomic(study.output / STUDY_FILE, _yaml(resolved))
+    write_text_atomic(study.output / STUDY_FILE, dump_study(resolved))
     todo = [c for c in cells if cell_status(c) != "done"]
     log(f"{study.config.name}: {len(cells)} runs, {len(cells) - len(todo)} done, {len(todo)} to run -> {study.output}")
     started = time.perf_counter()
@@ -373,7 +373,8 @@ def _eta(started: float, done: int, total: int) -> str:
     return f"(about {left / 60:.0f} min left)"
 
 
-def _yaml(data: dict) -> str:
+def dump_study(data: dict) -> str:
+    """A resolved study's `study.yaml` text (its keys in the order given)."""
     import yaml
 
     return yaml.safe_dump(data, sort_keys=False)

@@ -32,7 +32,7 @@ from credo.io import iter_jsonl, path_inside, write_text_atomic
 from credo.study.analysis import DifficultyResult, analyse, recovered_result
 from credo.study.document import Block, Bullets, Code, Heading, Image, Paragraph, to_html, to_markdown
 from credo.study.figures import family_curves, mean_curves, plot_curves, plot_differences
-from credo.study.grid import STUDY_FILE, ReportConfig
+from credo.study.grid import STUDY_FILE, ReportConfig, dump_study
 from credo.study.heatmap import collect_samples, write_heatmap
 from credo.study.runs import NoFinishedRuns, load_runs, seeds_of
 from credo.study.seeds import RegimeValues, regime_values
@@ -126,13 +126,15 @@ def report_json(results: dict[str, DifficultyReport | None]) -> str:
 
 
 def write_report(directory: str | Path, output: str | Path | None = None, *, html: bool = False,
-                 from_json: bool = False) -> Path:
+                 from_json: bool = False, headline: str | None = None) -> Path:
     """Write `report.md` (and `report.html`), `report.json`, plots and credit heatmaps; returns the Markdown path.
 
     `output` (default: the study directory) receives the report; the runs stay where they are. With
     `from_json`, `directory` is a report folder (its `study.yaml`, `report.json` and heatmap records; no runs
-    needed): the figures are drawn and the report written again from what it saved. Everything is read and
-    computed before the first file is written; a directory without any finished run is `NoFinishedRuns`.
+    needed): the figures are drawn and the report written again from what it saved. `headline` replaces the study's
+    headline metric (`report.metric`: the one whose area gets the Holm-corrected verdicts), for a second report of
+    the same runs in another `output`, whose `study.yaml` then names it. Everything is read and computed before the
+    first file is written; a directory without any finished run is `NoFinishedRuns`.
     """
     directory = Path(directory)
     out = Path(output) if output is not None else directory
@@ -140,6 +142,12 @@ def write_report(directory: str | Path, output: str | Path | None = None, *, htm
     if not study_file.exists():
         raise FileNotFoundError(f"{directory} is not a study directory (no {STUDY_FILE}); run `credo compare` first")
     study = read_yaml_mapping(study_file, "a resolved study")
+    if headline is not None:
+        if from_json:
+            raise ValueError("--metric recomputes the verdicts from the runs; --from-json redraws a written report")
+        if out.resolve() == directory.resolve():
+            raise ValueError("--metric writes a second report of the study: give it its own --output folder")
+        study["report"] = {**study.get("report", {}), "metric": headline}
     report = ReportConfig(**study.get("report", {}))
     results = results_from_json(directory, study) if from_json else results_from_runs(directory, report)
 
@@ -199,7 +207,9 @@ def write_report(directory: str | Path, output: str | Path | None = None, *, htm
             continue
         blocks.append(Paragraph(f"Credit heatmaps of sample responses: [{page}]({page})."))
     blocks += glossary()
-    if out.resolve() != directory.resolve():
+    if headline is not None:
+        write_text_atomic(out / STUDY_FILE, dump_study(study))
+    elif out.resolve() != directory.resolve():
         shutil.copyfile(study_file, out / STUDY_FILE)
     write_text_atomic(out / "report.json", report_json(results))
     write_text_atomic(out / "report.md", to_markdown(blocks))
