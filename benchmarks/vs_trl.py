@@ -73,6 +73,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _timing import synchronize
 
 from credo.config import RunConfig, load_config
+from credo.hf_compat import no_checkpointing
 from credo.train import uses_autocast
 
 CONFIG = Path(__file__).parents[1] / "configs" / "testbed" / "grpo.yaml"
@@ -173,7 +174,7 @@ def trl_config_kwargs(config: RunConfig, output_dir: str) -> dict[str, Any]:
         "output_dir": output_dir,
         "use_cpu": config.train.device == "cpu", "fp16": False,
         "bf16": uses_autocast(config.model.autocast_bf16, torch.device(config.train.device)),
-        "gradient_checkpointing": False,
+        **no_checkpointing(),
         "seed": config.train.seed, "data_seed": config.train.seed, "shuffle_dataset": False,
         "max_steps": config.train.steps,
         # one generation batch = one optimiser step, over rows / micro micro-batches
