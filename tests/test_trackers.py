@@ -128,6 +128,18 @@ def test_tensorboard_gets_the_step_and_evaluation_scalars(tmp_path):
     train(load_config(None, TINY + ["train.steps=1"]), tmp_path / "plain", show_progress=False)
     assert not (tmp_path / "plain" / "tensorboard").exists()  # installed is not asked for
 
+def test_trls_report_to_spellings():
+    """`none` is no tracker and `all` every installed one, as `report_to` means in transformers and TRL."""
+    from credo.trackers import installed_trackers
+
+    assert load_config(None, ["train.report_to=none"]).train.report_to == []
+    assert load_config(None, ["train.report_to=[none]"]).train.report_to == []
+    everything = load_config(None, ["train.report_to=all"]).train.report_to
+    assert everything == installed_trackers() and "tensorboard" in everything  # the test extra installs it
+    with pytest.raises(ConfigError, match="Input should be"):
+        load_config(None, ["train.report_to=[none, tensorboard]"])
+
+
 
 def test_mlflow_writes_a_file_store_under_the_run_directory(tmp_path, monkeypatch):
     pytest.importorskip("mlflow", reason="mlflow is not installed (pip install 'credo[mlflow]')")

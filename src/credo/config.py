@@ -182,14 +182,22 @@ class TrainConfig(Section):
 
     Through accelerate's trackers; each needs its extra (`pip install 'credo[wandb]'`). Local files go under
     the run directory: `tensorboard/`, `wandb/` (`WANDB_MODE=offline` for no network), `mlruns/` (MLflow's
-    file store, unless `MLFLOW_TRACKING_URI` is set)."""
+    file store, unless `MLFLOW_TRACKING_URI` is set). TRL's spellings work as there: `none` for no tracker,
+    `all` for every one installed."""
     tracker_project: str = Field("credo", min_length=1)
     """The W&B project, MLflow experiment and trackio project of `report_to`; the run is named after its directory."""
 
     @field_validator("report_to", mode="before")
     @classmethod
     def _one_tracker(cls, names: Any) -> Any:
-        return [names] if isinstance(names, str) else names  # `--set train.report_to=wandb`
+        names = [names] if isinstance(names, str) else names  # `--set train.report_to=wandb`
+        if names == ["none"]:  # TRL's (transformers') spellings
+            return []
+        if names == ["all"]:
+            from credo.trackers import installed_trackers
+
+            return installed_trackers()
+        return names
 
     @field_validator("report_to")
     @classmethod

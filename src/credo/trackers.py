@@ -24,6 +24,11 @@ TRACKER_IDS = "trackers.json"
 """The run directory's record of its tracker runs (W&B run id, MLflow run id), so that `--resume` continues them."""
 
 
+def installed_trackers() -> list[str]:
+    """The trackers whose package is installed (what `report_to: all` means, as in transformers and TRL)."""
+    return [name for name in TRACKERS if missing_tracker([name]) is None]
+
+
 def missing_tracker(names: list[str]) -> str | None:
     """The one-line error for the first tracker of `names` whose package is not installed, or None."""
     for name in names:
