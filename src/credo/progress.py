@@ -44,8 +44,10 @@ class TrainProgress:
 
     def advance(self, record: dict) -> None:
         """One step done; `record` is its metrics record (`credo.train.step_record`)."""
+        terms = "".join(f"  {key.split('/')[1]} {value:.3f}" for key, value in record.items()
+                        if key.startswith("rewards/") and key.endswith("/mean"))  # each custom reward function's
         status = (
-            f"reward {record['reward/mean']:.3f}  acc {record['reward/accuracy']:.3f}  "
+            f"reward {record['reward/mean']:.3f}  acc {record['reward/accuracy']:.3f}{terms}  "
             f"{record['tokens_per_s']:,.0f} tok/s"
         )
         if self.plain:

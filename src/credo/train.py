@@ -15,6 +15,7 @@ import json
 import logging
 import math
 import random
+import statistics
 import time
 from dataclasses import dataclass
 
@@ -36,7 +37,7 @@ from credo.rollout.crn import EVAL, TRAIN, CommonRandomNumbers
 from credo.rollout.groups import ProblemStream, Rollout
 from credo.rollout.thoughts import blame_start, token_pieces
 from credo.schedules import lr_multiplier
-from credo.tasks import Task, build_task
+from credo.tasks import Task, Verdict, build_task
 from credo.trackers import Trackers
 
 log = logging.getLogger(__name__)
@@ -477,6 +478,7 @@ def step_record(trainer: Trainer, state: TrainState, rollout: Rollout, batch: Ro
         "response/length_mean": float(lengths.mean()),
         "optim/skipped_total": state.skipped_steps,
     }
+    record.update(reward_terms(rollout.verdicts))
     if batch.entropy is not None:  # else the on-policy update logged it
         record["entropy/mean"] = float(batch.entropy[batch.response_mask].mean())
     if trainer.task.checks_steps:
@@ -490,6 +492,25 @@ def step_record(trainer: Trainer, state: TrainState, rollout: Rollout, batch: Ro
     record.update(credit_metrics)
     record.update(update_metrics)
     return record
+
+
+def reward_terms(verdicts: list[Verdict]) -> dict[str, float]:
+    """Each custom reward function's mean and standard deviation over a step's responses that it gave a value,
+    under TRL's names (`rewards/<name>/mean`, `rewards/<name>/std`: Bessel-corrected, as TRL's `nanstd`; left out
+    below two values)."""
+    values: dict[str, list[float]] = {}
+    for verdict in verdicts:
+        for name, value in verdict.terms:
+            values.setdefault(name, [])
+            if value is not None:
+                values[name].append(value)
+    out = {}
+    for name, xs in values.items():
+        if xs:
+            out[f"rewards/{name}/mean"] = statistics.fmean(xs)
+        if len(xs) > 1:
+            out[f"rewards/{name}/std"] = statistics.stdev(xs)
+    return out
 
 
 def log_samples(trainer: Trainer, step: int, rollout: Rollout, batch: RolloutBatch, credit: torch.Tensor) -> None:

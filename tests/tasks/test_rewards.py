@@ -310,10 +310,13 @@ def test_the_group_sampler_uses_the_custom_reward(rewards, tmp_path):
     assert sys.modules[rewards].CALLS == [4]
 
 
-def test_chat_prompts_reach_functions_as_strings_with_messages(tmp_path, monkeypatch):
+def test_conversational_rows_reach_functions_as_trl_gives_them(tmp_path, monkeypatch):
+    """A chat-format row's prompt is its message list and its completion `[{"role": "assistant", "content": ...}]`,
+    as TRL's GRPOTrainer passes them on a conversational dataset."""
     (tmp_path / "chat_rewards.py").write_text(textwrap.dedent('''
         def system_seen(prompts, completions, **kw):
-            return [float(p.messages[0]["role"] == "system") for p in prompts]
+            return [float(p[0]["role"] == "system" and c[0]["role"] == "assistant" and c[0]["content"] == "x")
+                    for p, c in zip(prompts, completions)]
     '''))
     monkeypatch.chdir(tmp_path)
     monkeypatch.delitem(sys.modules, "chat_rewards", raising=False)
@@ -331,3 +334,113 @@ def test_no_reward_keeps_the_tasks_own_scoring(tmp_path):
     assert task.custom_reward is None
     assert [v.reward for v in verify_all(task, problems(task) * 2, ["\\boxed{7}", "8"], "raise")[0]] == [1.0, 0.0]
     assert next(task.train_problems(0)).prompt == "q"
+
+
+# ------------------------------------------------------------------------------------------ TRL's conventions
+
+
+def chat_problem(question: str, solution: str) -> Problem:
+    return Problem(ChatPrompt([{"role": "user", "content": question}]), solution, meta={"solution": solution})
+
+
+def test_trls_own_reward_functions_score_conversational_rows(tmp_path):
+    """TRL's `trl.rewards` read `completion[0]["content"]`: on conversational rows they score as in TRL (strings
+    made them raise "string indices must be integers")."""
+    pytest.importorskip("trl")
+    task = jsonl_task(tmp_path, ["trl.rewards:accuracy_reward", {"function": "trl.rewards:think_format_reward",
+                                                                 "weight": 0.5}])
+    rows = [chat_problem("What is half of one?", "$\\frac{1}{2}$")] * 3
+    texts = ["<think>half</think>The answer is $\\frac{1}{2}$", "The answer is $\\frac{1}{3}$",
+             "<think>x</think>The answer is $\\frac{1}{3}$"]
+    verdicts, errors = verify_all(task, rows, texts, "raise")
+    assert errors == 0
+    assert [v.terms for v in verdicts] == [(("accuracy_reward", 1.0), ("think_format_reward", 1.0)),
+                                           (("accuracy_reward", 0.0), ("think_format_reward", 0.0)),
+                                           (("accuracy_reward", 0.0), ("think_format_reward", 1.0))]
+    assert [v.reward for v in verdicts] == [1.5, 0.0, 0.5]
+
+
+def test_async_reward_functions_are_awaited_and_run_concurrently(tmp_path, monkeypatch):
+    """Two async functions that each wait for the other to start finish only if a batch awaits them together,
+    as TRL gathers them; an async function alone (or one row at a time) is awaited too."""
+    (tmp_path / "async_rewards.py").write_text(textwrap.dedent('''
+        import asyncio
+
+        EVENTS = {}
+
+        def event(name):
+            return EVENTS.setdefault((id(asyncio.get_running_loop()), name), asyncio.Event())
+
+        async def first(prompts, completions, **kw):
+            event("first").set()
+            await asyncio.wait_for(event("second").wait(), 5)
+            return [1.0 for _ in completions]
+
+        async def second(prompts, completions, **kw):
+            event("second").set()
+            await asyncio.wait_for(event("first").wait(), 5)
+            return [0.25 for _ in completions]
+
+        class Graded:
+            async def __call__(self, prompts, completions, answer, **kw):
+                await asyncio.sleep(0)
+                return [float(c == a) for c, a in zip(completions, answer)]
+
+        graded = Graded()
+    '''))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "async_rewards", raising=False)
+    task = jsonl_task(tmp_path, ["async_rewards:first", "async_rewards:second"])
+    verdicts, _ = verify_all(task, problems(task), ["1", "2", "3", "4"], "raise")
+    assert [v.reward for v in verdicts] == [1.25] * 4
+    graded = jsonl_task(tmp_path, "async_rewards:graded")
+    assert [v.reward for v in verify_all(graded, problems(graded), ["1", "x", "3", "y"], "raise")[0]] == [1, 0, 1, 0]
+    assert graded.verify(problems(graded)[0], "1").reward == 1.0
+    sys.modules.pop("async_rewards")
+
+
+def test_each_functions_mean_and_std_under_trls_names():
+    import functools
+    import statistics
+
+    from credo.tasks.base import Verdict
+    from credo.tasks.rewards import callable_name, is_async
+    from credo.train import reward_terms
+
+    verdicts = [Verdict(1.0, True, terms=(("acc", 1.0), ("fmt", None))), Verdict(0.5, False, terms=(("acc", 0.0), ("fmt", 0.5))),
+                Verdict(0.0, False, terms=(("acc", 0.5), ("fmt", None)))]
+    assert reward_terms(verdicts) == {"rewards/acc/mean": 0.5, "rewards/acc/std": statistics.stdev([1.0, 0.0, 0.5]),
+                                      "rewards/fmt/mean": 0.5}  # one value: no std (TRL: NaN)
+
+    def accuracy(prompts, completions, **kw):
+        return []
+
+    class Judge:
+        async def __call__(self, completions, **kw):
+            return []
+
+    assert callable_name(functools.partial(accuracy, scale=2)) == "accuracy" and callable_name(Judge()) == "Judge"
+    assert is_async(Judge()) and is_async(functools.partial(Judge())) and not is_async(accuracy)
+
+
+def test_a_run_logs_each_functions_mean_under_trls_name(tmp_path, monkeypatch):
+    from tiny import TINY
+
+    from credo.io import read_jsonl
+    from credo.train import train
+
+    (tmp_path / "run_rewards.py").write_text(textwrap.dedent('''
+        def boxed(completions, **kw):
+            return [float("boxed" in c) for c in completions]
+
+        def short(completions, **kw):
+            return [1.0 if len(c) < 30 else None for c in completions]
+    '''))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "run_rewards", raising=False)
+    config = load_config(None, [*TINY, "train.steps=1", 'task.reward=["run_rewards:boxed", "run_rewards:short"]'])
+    train(config, tmp_path / "run", show_progress=False)
+    step = next(r for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if r.get("step") == 1 and "reward/mean" in r)
+    assert 0.0 <= step["rewards/boxed/mean"] <= 1.0 and "rewards/boxed/std" in step
+    assert step["rewards/short/mean"] == 1.0 or "rewards/short/mean" not in step  # only the rows it scored
+    sys.modules.pop("run_rewards")

@@ -60,6 +60,9 @@ class Verdict:
     or attempted a refused operation): scored 0, and counted in `verify/sandbox_failures`."""
     unscored: bool = False
     """No custom reward function gave this response a value (each returned None): reward 0 (`unscored_count`)."""
+    terms: tuple[tuple[str, float | None], ...] = ()
+    """Under a custom `task.reward`: each function's name and its value for this response (None where it gave
+    none or failed), in the config's order; the step logs their means as `rewards/<name>/mean` (TRL's names)."""
 
 
 class Task(Protocol):

@@ -18,15 +18,20 @@ below, is a config error naming the path.
 
 Two calling conventions (`style`):
 
-- "trl" (the default), TRL's reward functions: called once per batch of rows,
-  `fn(prompts=[...], completions=[...], **columns) -> list[float | None]`, one value per row. `prompts`
-  are the problems' prompts (strings; a chat-format row's prompt is a `credo.tasks.ChatPrompt`, a string
-  holding its last user message whose `.messages` is the whole conversation), `completions` the responses'
-  texts. `columns` are the rows' other fields, one list per column (TRL style): `answer` (the ground truth,
+- "trl" (the default), TRL's reward functions, called as TRL's `GRPOTrainer` calls them: once per batch of rows,
+  `fn(prompts=[...], completions=[...], **columns) -> list[float | None]`, one value per row. On a
+  conversational dataset (a row's prompt is a list of chat messages, a `credo.tasks.ChatPrompt`) `prompts` are
+  the message lists and each completion is `[{"role": "assistant", "content": text}]`, as TRL gives them
+  (TRL's `trl.rewards` functions read `completion[0]["content"]`); on a plain-text dataset both are strings.
+  `columns` are the rows' other fields, one list per column (TRL style): `answer` (the ground truth,
   a string) and `difficulty` (the eval bucket), plus each key of the problems' `meta`, which for the
   `dataset` task is every column of the row but the prompt's, raw, under its own name (such a column wins
   over `answer`/`difficulty` of the same name); a row that lacks a column gets None in its list. A function
-  without `**kwargs` is passed only the columns it names. None (or NaN) means "no reward" for that row.
+  without `**kwargs` is passed only the columns it names. None (or NaN) means "no reward" for that row. An
+  `async def` function (or a callable whose `__call__` is one) is awaited; a batch's async functions run
+  concurrently, as TRL runs them. Each function's mean and standard deviation over a step's responses are
+  logged as TRL names them, `rewards/<name>/mean` and `rewards/<name>/std` (`<name>` the function's
+  `__name__`, through `functools.partial`, or a callable instance's class name).
 - "verl", verl's `compute_score`: called once per row, `fn(data_source=..., solution_str=response,
   ground_truth=answer, extra_info=...) -> float | dict` (a dict's "score" key). `data_source` is the row's
   "data_source" column when it has one, else the task's name; `extra_info` the row's "extra_info" column
@@ -48,6 +53,8 @@ credo never evaluates them.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -65,6 +72,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from credo.tasks.base import Problem, Verdict, short_repr
+from credo.tasks.chat import ChatPrompt
 
 log = logging.getLogger(__name__)
 
@@ -192,6 +200,23 @@ def check_signature(function: Callable[..., Any], path: str, style: str) -> None
         raise ValueError(f"reward function {path!r} cannot be called as {wanted} ({style} style): {error}") from None
 
 
+def callable_name(function: Callable[..., Any]) -> str:
+    """The name TRL logs a reward function under (`rewards/<name>/mean`): its `__name__`, through
+    `functools.partial`, or a callable instance's class name (TRL's `get_callable_name`)."""
+    while isinstance(function, functools.partial):
+        function = function.func
+    return getattr(function, "__name__", type(function).__name__)
+
+
+def is_async(function: Callable[..., Any]) -> bool:
+    """Whether calling `function` returns a coroutine: an `async def` function, through `functools.partial`, or a
+    callable instance whose `__call__` is one (TRL's `is_async_callable`)."""
+    while isinstance(function, functools.partial):
+        function = function.func
+    call = type(function).__call__ if not inspect.isroutine(function) else None
+    return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(call)
+
+
 def accepted_keywords(function: Callable[..., Any]) -> set[str] | None:
     """The keyword arguments `function` takes; None: any (it has **kwargs, or no signature to read)."""
     try:
@@ -219,20 +244,34 @@ class Loaded:
     keywords: set[str] | None
     """The keyword arguments it takes, and so is passed; None: any (it has `**kwargs`), so all of them."""
 
+    @property
+    def name(self) -> str:
+        return callable_name(self.function)
+
+    @property
+    def is_async(self) -> bool:
+        return is_async(self.function)
+
     def _call(self, **arguments: Any) -> Any:
         if self.keywords is not None:
             arguments = {name: value for name, value in arguments.items() if name in self.keywords}
         return self.function(**arguments)
 
-    def scores(self, task: Any, problems: Sequence[Problem], texts: Sequence[str]) -> list[float | None | Failure]:
-        """Its value for each row: a number, None (no reward) or the `Failure` of that row."""
+    def scores(self, task: Any, problems: Sequence[Problem], texts: Sequence[str],
+               batch: list[float | None | Failure] | Failure | None = None) -> list[float | None | Failure]:
+        """Its value for each row: a number, None (no reward) or the `Failure` of that row. `batch`: the outcome of
+        its call on the whole batch where it was already made (an async function's, awaited beside the others)."""
         if self.style == "verl":
             return [self._verl(task, problem, text) for problem, text in zip(problems, texts)]
-        try:
-            return self._trl(problems, texts)
-        except Failure as failure:
-            if len(problems) == 1:
-                return [failure]
+        if batch is None:
+            try:
+                batch = self._trl(problems, texts)
+            except Failure as failure:
+                batch = failure
+        if not isinstance(batch, Failure):
+            return batch
+        if len(problems) == 1:
+            return [batch]
         out: list[float | None | Failure] = []
         for problem, text in zip(problems, texts):  # find the rows at fault
             try:
@@ -242,24 +281,21 @@ class Loaded:
         return out
 
     def _trl(self, problems: Sequence[Problem], texts: Sequence[str]) -> list[float | None | Failure]:
-        rows = [row_columns(problem) for problem in problems]
-        names = dict.fromkeys(name for row in rows for name in row)
-        columns = {name: [row.get(name) for row in rows] for name in names if name not in TRL_PARAMETERS}
+        if self.is_async:
+            return asyncio.run(self.awaited(problems, texts))
         try:
-            values = self._call(**columns, prompts=[p.prompt for p in problems], completions=list(texts))
+            values = self._call(**trl_arguments(problems, texts))
         except Exception as error:  # a user's function may raise anything
             raise Failure(f"raised {_describe(error)}") from error
-        if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Sequence):
-            raise Failure(f"returned {_kind(values)}, not a list of {len(problems)} numbers or None")
-        if len(values) != len(problems):
-            raise Failure(f"returned {len(values)} values for {len(problems)} rows")
-        out: list[float | None | Failure] = []
-        for value in values:
-            try:
-                out.append(number(value))
-            except Failure as failure:
-                out.append(failure)
-        return out
+        return checked_values(values, len(problems))
+
+    async def awaited(self, problems: Sequence[Problem], texts: Sequence[str]) -> list[float | None | Failure]:
+        """An async function's values on the batch (its `Failure` raised), awaited."""
+        try:
+            values = await self._call(**trl_arguments(problems, texts))
+        except Exception as error:  # a user's function may raise anything
+            raise Failure(f"raised {_describe(error)}") from error
+        return checked_values(values, len(problems))
 
     def _verl(self, task: Any, problem: Problem, text: str) -> float | None | Failure:
         row = row_columns(problem)
@@ -279,6 +315,43 @@ class Loaded:
             return number(value)
         except Failure as failure:
             return failure
+
+
+def trl_arguments(problems: Sequence[Problem], texts: Sequence[str]) -> dict[str, Any]:
+    """A batch's keyword arguments for a trl-style function: the rows' columns, `prompts` and `completions` in
+    TRL's shapes (message lists on a conversational batch, judged by its first row as TRL does; else strings)."""
+    rows = [row_columns(problem) for problem in problems]
+    names = dict.fromkeys(name for row in rows for name in row)
+    columns = {name: [row.get(name) for row in rows] for name in names if name not in TRL_PARAMETERS}
+    if isinstance(problems[0].prompt, ChatPrompt):
+        prompts: list[Any] = [as_messages(p.prompt) for p in problems]
+        completions: list[Any] = [[{"role": "assistant", "content": text}] for text in texts]
+    else:
+        prompts, completions = [p.prompt for p in problems], list(texts)
+    return {**columns, "prompts": prompts, "completions": completions}
+
+
+def as_messages(prompt: str) -> list[dict[str, str]]:
+    """A prompt as a list of chat messages: a `ChatPrompt`'s own, a string as one user message."""
+    if isinstance(prompt, ChatPrompt):
+        return [dict(m) for m in prompt.messages]
+    return [{"role": "user", "content": str(prompt)}]
+
+
+def checked_values(values: Any, rows: int) -> list[float | None | Failure]:
+    """A trl-style function's return value as one number, None or `Failure` per row; a `Failure` raised for a
+    return value that is not a list of `rows` values."""
+    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Sequence):
+        raise Failure(f"returned {_kind(values)}, not a list of {rows} numbers or None")
+    if len(values) != rows:
+        raise Failure(f"returned {len(values)} values for {rows} rows")
+    out: list[float | None | Failure] = []
+    for value in values:
+        try:
+            out.append(number(value))
+        except Failure as failure:
+            out.append(failure)
+    return out
 
 
 def row_columns(problem: Problem) -> dict[str, Any]:
@@ -322,8 +395,11 @@ class CustomReward:
         """The verdict on every response and how many rows a failing function scored 0 (`reward_errors`)."""
         n = len(problems)
         totals, scored, failed = [0.0] * n, [False] * n, [False] * n
-        for loaded in self.functions:
-            for row, value in enumerate(loaded.scores(task, problems, texts)):
+        terms: list[list[tuple[str, float | None]]] = [[] for _ in range(n)]
+        awaited = self._async_batches(problems, texts)
+        for index, loaded in enumerate(self.functions):
+            for row, value in enumerate(loaded.scores(task, problems, texts, awaited.get(index))):
+                terms[row].append((loaded.name, value if not isinstance(value, Failure) else None))
                 if isinstance(value, Failure):
                     if on_error == "raise":
                         raise RuntimeError(
@@ -348,6 +424,7 @@ class CustomReward:
                 verdict = Verdict(reward=0.0, correct=False, unscored=True)
             else:
                 verdict = Verdict(reward=totals[row], correct=totals[row] >= self.correct_at)
+            verdict = replace(verdict, terms=tuple(terms[row]))
             if own is not None:  # the task's step checker: where the first wrong step is
                 verdict = replace(verdict, first_wrong_step=own[0][row].first_wrong_step,
                                   error_kind=own[0][row].error_kind, sandbox_failed=own[0][row].sandbox_failed)
@@ -359,6 +436,23 @@ class CustomReward:
                     "further such messages are logged at debug level)", unscored, n)
         errors = sum(failed) + (own[1] if own is not None else 0)
         return verdicts, errors
+
+    def _async_batches(self, problems: Sequence[Problem], texts: Sequence[str]) -> dict[int, list | Failure]:
+        """The batch outcome of each async trl-style function (by its index), all awaited concurrently, as TRL
+        gathers them."""
+        pending = [i for i, f in enumerate(self.functions) if f.style == "trl" and f.is_async]
+        if not pending:
+            return {}
+
+        async def gathered() -> list[Any]:
+            calls = (self.functions[i].awaited(problems, texts) for i in pending)
+            return await asyncio.gather(*calls, return_exceptions=True)
+
+        outcomes = asyncio.run(gathered())
+        for outcome in outcomes:  # anything but a Failure is credo's own error: raise it
+            if isinstance(outcome, BaseException) and not isinstance(outcome, Failure):
+                raise outcome
+        return dict(zip(pending, outcomes))
 
     def verdict(self, task: Any, problem: Problem, response: str) -> Verdict:
         """The verdict on one response (a failing function raises)."""
