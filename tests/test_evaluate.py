@@ -5,13 +5,13 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 from itertools import combinations
-from types import SimpleNamespace
 
 import pytest
 
 from credo.config import EvalConfig
 from credo.evaluate import eval_subset, evaluate_policy, summarise
 from credo.passk import pass_at_k
+from credo.rollout.generate import Completions
 from credo.tasks.base import Problem, Verdict
 
 
@@ -120,6 +120,11 @@ class Tokenizer:
         return {"input_ids": [[1] for _ in messages]}
 
 
+def completions_of(texts: list[str]) -> Completions:
+    """Generated responses with these texts (one token each: the evaluation reads only the texts)."""
+    return Completions.from_lists([[0]] * len(texts), [[1]] * len(texts), texts, [False] * len(texts), pad=0)
+
+
 class EchoBackend:
     """Answers each prompt with the prompt itself, `repeat` times."""
 
@@ -129,7 +134,7 @@ class EchoBackend:
         self.prompts = [p.prompt for p in problems]
 
     def generate(self, prompts, *, max_new_tokens, greedy=False, temperature=1.0, repeat=1):
-        return SimpleNamespace(texts=[text for text in self.prompts for _ in range(repeat)])
+        return completions_of([text for text in self.prompts for _ in range(repeat)])
 
 
 class FlakyTask:
@@ -189,7 +194,7 @@ class LookupBackend:
     def generate(self, prompts, *, max_new_tokens, greedy=False, temperature=1.0, repeat=1):
         if not greedy:
             self.sampled += [self.texts[ids[0]] for ids in prompts]
-        return SimpleNamespace(texts=["wrong" if greedy else self.texts[ids[0]] for ids in prompts for _ in range(repeat)])
+        return completions_of(["wrong" if greedy else self.texts[ids[0]] for ids in prompts for _ in range(repeat)])
 
 
 def test_sample_problems_samples_the_first_of_each_bucket_and_averages_over_them():

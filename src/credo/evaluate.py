@@ -72,14 +72,14 @@ def evaluate_policy(backend, task, problems, config, *, max_new_tokens: int, see
         torch.manual_seed(seed)
         if config.greedy:
             out = backend.generate(prompts, max_new_tokens=max_new_tokens, greedy=True)
-            greedy = [v.correct for v in verify_all(task, problems, out.texts, reward_errors)[0]]
+            greedy = [v.correct for v in verify_all(task, problems, out.texts, reward_errors, out.id_lists())[0]]
         if config.samples:
             n = config.samples
             chosen = first_per_bucket(problems, config.sample_problems)
             out = backend.generate([prompts[i] for i in chosen], max_new_tokens=max_new_tokens,
                                    temperature=config.temperature, repeat=n)
             rows = [problems[i] for i in chosen for _ in range(n)]
-            flat = [v.correct for v in verify_all(task, rows, out.texts, reward_errors)[0]]
+            flat = [v.correct for v in verify_all(task, rows, out.texts, reward_errors, out.id_lists())[0]]
             samples = [None] * len(problems)
             for j, i in enumerate(chosen):
                 samples[i] = flat[j * n : (j + 1) * n]

@@ -54,7 +54,7 @@ def regime_facts(task: ArithTask, backend, *, eval_problems, problems: int, samp
     out = backend.generate(encode_prompts(backend.tokenizer, [p.prompt for p in train]),
                            max_new_tokens=max_new_tokens, temperature=temperature, repeat=samples)
     rows = [p for p in train for _ in range(samples)]
-    verdicts = verify_all(task, rows, out.texts, "raise")[0]
+    verdicts = verify_all(task, rows, out.texts, "raise", out.id_lists())[0]
     errors = [task.wrong_steps(p.meta["chain"], text) for p, text in zip(rows, out.texts)]
     decisions = [task.decisions(p.meta["chain"], text) for p, text in zip(rows, out.texts)]
     lengths = out.response_mask.sum(dim=1).tolist()
@@ -63,7 +63,7 @@ def regime_facts(task: ArithTask, backend, *, eval_problems, problems: int, samp
     failed = [(v, e) for v, e in zip(verdicts, errors) if not v.correct]
     greedy_out = backend.generate(encode_prompts(backend.tokenizer, [p.prompt for p in eval_problems]),
                                   max_new_tokens=max_new_tokens, greedy=True)
-    greedy = [v.correct for v in verify_all(task, eval_problems, greedy_out.texts, "raise")[0]]
+    greedy = [v.correct for v in verify_all(task, eval_problems, greedy_out.texts, "raise", greedy_out.id_lists())[0]]
     held_out = summarise([p.difficulty for p in eval_problems], greedy, None, [1])
     kinds = Counter(v.error_kind for v, _ in failed)
     return {

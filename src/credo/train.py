@@ -38,6 +38,7 @@ from credo.rollout.groups import ProblemStream, Rollout
 from credo.rollout.thoughts import blame_start, token_pieces
 from credo.schedules import lr_multiplier
 from credo.tasks import Task, Verdict, build_task
+from credo.tasks.rewards import RewardState
 from credo.trackers import Trackers
 
 log = logging.getLogger(__name__)
@@ -126,6 +127,9 @@ def train_steps(trainer: Trainer, state: TrainState, stream: ProblemStream, eval
         state.rollout_tokens += rollout.generated_tokens
         state.wall_s += time.perf_counter() - started
         record = step_record(trainer, state, rollout, batch, credit, credit_metrics, update_metrics)
+        custom = getattr(trainer.task, "custom_reward", None)
+        logged, columns = custom.drain() if custom is not None else ({}, {})
+        record.update(logged)
         record.update({
             "time/generate_s": generated - started, "time/score_credit_s": scored - generated,
             "time/update_s": time.perf_counter() - scored, "time/step_s": time.perf_counter() - started,
@@ -133,7 +137,7 @@ def train_steps(trainer: Trainer, state: TrainState, stream: ProblemStream, eval
         record["tokens_per_s"] = rollout.generated_tokens / record["time/step_s"]
         trainer.run.append(trainer.run.metrics_file, record)
         trackers.log(record, state.step)
-        log_samples(trainer, state.step, rollout, batch, credit)
+        log_samples(trainer, state.step, rollout, batch, credit, columns)
         progress.advance(record)
         last = finished(config, state)
         if last and state.step < config.train.steps:
@@ -290,6 +294,10 @@ def sample_rollout(trainer: Trainer, stream: ProblemStream, step: int = 0) -> Ro
     random numbers."""
     if trainer.sampling_keys is not None:
         trainer.sampling_keys.begin(TRAIN, step)
+    custom = getattr(trainer.task, "custom_reward", None)
+    if custom is not None:  # TRL's `trainer_state` for the reward functions; what evaluation logged is not kept
+        custom.state = RewardState(global_step=step, max_steps=trainer.config.train.steps)
+        custom.drain()
     return trainer.method.sampler.sample(trainer.backend, trainer.task, stream, trainer.config.rollout)
 
 
@@ -513,9 +521,12 @@ def reward_terms(verdicts: list[Verdict]) -> dict[str, float]:
     return out
 
 
-def log_samples(trainer: Trainer, step: int, rollout: Rollout, batch: RolloutBatch, credit: torch.Tensor) -> None:
-    """A few responses per step with their rewards, per-token advantages and the credit the update gave."""
+def log_samples(trainer: Trainer, step: int, rollout: Rollout, batch: RolloutBatch, credit: torch.Tensor,
+                columns: dict[str, list] | None = None) -> None:
+    """A few responses per step with their rewards, per-token advantages and the credit the update gave, and the
+    columns reward functions logged (`log_extra`) where they hold one value per row of the step's rollout."""
     tokenizer = trainer.tokenizer
+    per_row = {name: values for name, values in (columns or {}).items() if len(values) == batch.size}
     for row in range(min(trainer.config.train.log_samples, batch.size)):
         n = int(batch.lengths[row])
         ids = batch.response_ids[row, :n].tolist()
@@ -533,7 +544,13 @@ def log_samples(trainer: Trainer, step: int, rollout: Rollout, batch: RolloutBat
             "advantage": [round(x, 4) for x in batch.advantages[row, :n].tolist()],
             "credit": [round(x, 5) for x in credit[row, :n].tolist()],
             "loss_mask": batch.loss_mask[row, :n].tolist(),
+            **({"extra": {name: plain(values[row]) for name, values in per_row.items()}} if per_row else {}),
         })
+
+
+def plain(value: object) -> object:
+    """A logged value as JSON holds it: a string, number, bool or None as it is, anything else as its `str`."""
+    return value if value is None or isinstance(value, (str, int, float, bool)) else str(value)
 
 
 def report_eval(trainer: Trainer, problems, state: TrainState, trackers: Trackers, progress: TrainProgress, *,

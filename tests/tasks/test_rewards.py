@@ -444,3 +444,42 @@ def test_a_run_logs_each_functions_mean_under_trls_name(tmp_path, monkeypatch):
     assert 0.0 <= step["rewards/boxed/mean"] <= 1.0 and "rewards/boxed/std" in step
     assert step["rewards/short/mean"] == 1.0 or "rewards/short/mean" not in step  # only the rows it scored
     sys.modules.pop("run_rewards")
+
+
+def test_trls_keywords_reach_functions_and_their_logs_reach_the_run(tmp_path, monkeypatch):
+    """TRL 1.16's keywords: `completion_ids` (the responses' token ids), `trainer_state` (the steps done and the
+    run's steps), `log_metric` (averaged into the step record under its name) and `log_extra` (one value per row,
+    beside the logged samples); a function that names none of them is passed none."""
+    from tiny import TINY
+
+    from credo.io import read_jsonl
+    from credo.train import train
+
+    (tmp_path / "kw_rewards.py").write_text(textwrap.dedent('''
+        SEEN = []
+
+        def progress(completions, completion_ids, trainer_state, log_metric, log_extra):
+            SEEN.append((trainer_state.global_step, trainer_state.max_steps, [len(i) for i in completion_ids],
+                         [len(c) for c in completions]))
+            log_metric("progress/ids_per_row", sum(map(len, completion_ids)) / len(completion_ids))
+            log_extra("first_id", [ids[0] if ids else None for ids in completion_ids])
+            return [0.0 for _ in completions]
+
+        def plain(completions):
+            return [1.0 for _ in completions]
+    '''))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "kw_rewards", raising=False)
+    config = load_config(None, [*TINY, "train.steps=2", "train.eval_every=100",
+                                'task.reward=["kw_rewards:progress", "kw_rewards:plain"]'])
+    train(config, tmp_path / "run", show_progress=False)
+    import kw_rewards
+
+    during = [step for step, steps, *_ in kw_rewards.SEEN if steps == 2]  # the first evaluation precedes the state
+    assert during[:2] == [0, 1] and set(during) == {0, 1}  # each step's sampling, then the final evaluation
+    assert all(len(ids) == len(texts) for *_, ids, texts in kw_rewards.SEEN)  # a token count per response
+    steps = [r for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if "reward/mean" in r]
+    assert all(r["progress/ids_per_row"] > 0 for r in steps) and all(r["rewards/plain/mean"] == 1.0 for r in steps)
+    samples = list(read_jsonl(tmp_path / "run" / "samples.jsonl"))
+    assert samples and all(s["extra"]["first_id"] == s["ids"][0] for s in samples if s["ids"])
+    sys.modules.pop("kw_rewards")

@@ -35,6 +35,10 @@ class Completions:
     def tokens(self) -> int:
         return int(self.response_mask.sum())
 
+    def id_lists(self) -> list[list[int]]:
+        """Each response's token ids, without padding (TRL's `completion_ids`)."""
+        return [ids[mask].tolist() for ids, mask in zip(self.response_ids, self.response_mask)]
+
     @classmethod
     def from_lists(cls, prompts: list[list[int]], responses: list[list[int]], texts: list[str],
                    truncated: list[bool], pad: int, probs: list[list[float]] | None = None,

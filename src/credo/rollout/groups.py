@@ -83,7 +83,7 @@ def sample_round(backend: GenerationBackend, task: Task, problems: list[Problem]
         prompts, max_new_tokens=config.max_new_tokens, temperature=config.temperature, top_p=config.top_p,
         repeat=config.group_size,
     )
-    verdicts, errors = verify_all(task, rows, completions.texts, config.reward_errors)
+    verdicts, errors = verify_all(task, rows, completions.texts, config.reward_errors, completions.id_lists())
     rewards = torch.tensor([v.reward for v in verdicts], dtype=torch.float32)
     if config.overlong_buffer is not None:
         lengths = completions.response_mask.sum(dim=1)

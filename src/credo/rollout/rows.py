@@ -80,7 +80,8 @@ def make_rows(tokenizer, task, problems, out: Completions, rules: ThoughtRules, 
         rows.append(Row(problem, prompt[: len(prompt) - len(prefix)], kept,
                         tokenizer.decode(kept.ids, skip_special_tokens=True), None, bool(out.truncated[n]),
                         prefix_len=min(len(prefix), len(kept.ids)), tokens=len(generated)))
-    verdicts, _ = verify_all(task, [r.problem for r in rows], [r.text for r in rows], on_error)
+    verdicts, _ = verify_all(task, [r.problem for r in rows], [r.text for r in rows], on_error,
+                             [r.episode.ids for r in rows])
     for row, verdict in zip(rows, verdicts):
         row.verdict = verdict
     return rows

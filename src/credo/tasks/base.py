@@ -85,15 +85,17 @@ class Task(Protocol):
 TASKS: Registry[type] = Registry("task")
 
 
-def verify_all(task: Task, problems: list[Problem], texts: list[str], on_error: str) -> tuple[list[Verdict], int]:
+def verify_all(task: Task, problems: list[Problem], texts: list[str], on_error: str,
+               completion_ids: list[list[int]] | None = None) -> tuple[list[Verdict], int]:
     """The task's verdict on every response, and how many were scored 0 because verifying them failed.
 
     A verifier that raises stops the step (`on_error="raise"`) or scores 0 (`"zero"`). A task whose config
-    names reward functions (`task.reward`, `credo.tasks.rewards`) is scored by them, a batch at a time; a task
-    with a `verify_batch` method scores a batch itself (reasoning-gym: within its `verify_budget_s`)."""
+    names reward functions (`task.reward`, `credo.tasks.rewards`) is scored by them, a batch at a time (with the
+    responses' token ids, `completion_ids`, where the caller has them); a task with a `verify_batch` method scores
+    a batch itself (reasoning-gym: within its `verify_budget_s`)."""
     custom = getattr(task, "custom_reward", None)
     if custom is not None:
-        return custom.verdicts(task, problems, texts, on_error)
+        return custom.verdicts(task, problems, texts, on_error, completion_ids)
     batch = getattr(task, "verify_batch", None)
     if batch is not None:
         return batch(problems, texts, on_error)

@@ -29,7 +29,11 @@ Two calling conventions (`style`):
   over `answer`/`difficulty` of the same name); a row that lacks a column gets None in its list. A function
   without `**kwargs` is passed only the columns it names. None (or NaN) means "no reward" for that row. An
   `async def` function (or a callable whose `__call__` is one) is awaited; a batch's async functions run
-  concurrently, as TRL runs them. Each function's mean and standard deviation over a step's responses are
+  concurrently, as TRL runs them. TRL 1.16's other keywords are passed to a function that takes them (or
+  `**kwargs`): `completion_ids` (each response's token ids), `trainer_state` (a `RewardState`: `global_step`,
+  the optimiser steps done, and `max_steps`), `log_metric(name, value)` (averaged into the step's record under
+  `name`) and `log_extra(column, values)` (one value per row, shown beside the step's logged samples); what
+  functions log while the run evaluates is not kept. Each function's mean and standard deviation over a step's responses are
   logged as TRL names them, `rewards/<name>/mean` and `rewards/<name>/std` (`<name>` the function's
   `__name__`, through `functools.partial`, or a callable instance's class name).
 - "verl", verl's `compute_score`: called once per row, `fn(data_source=..., solution_str=response,
@@ -76,7 +80,18 @@ from credo.tasks.chat import ChatPrompt
 
 log = logging.getLogger(__name__)
 
-TRL_PARAMETERS = ("prompts", "completions")
+TRL_PARAMETERS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric")
+"""The keywords TRL's GRPOTrainer passes a reward function besides the rows' columns (a column of one of these names
+is not passed: TRL's own wins)."""
+
+
+@dataclass(frozen=True)
+class RewardState:
+    """What a reward function reads from TRL's `trainer_state` (a `transformers.TrainerState`), as credo's trainer
+    has it: the optimiser steps done before this batch and the run's `train.steps`."""
+
+    global_step: int = 0
+    max_steps: int = 0
 
 
 class RewardFunction(BaseModel):
@@ -257,15 +272,18 @@ class Loaded:
             arguments = {name: value for name, value in arguments.items() if name in self.keywords}
         return self.function(**arguments)
 
-    def scores(self, task: Any, problems: Sequence[Problem], texts: Sequence[str],
-               batch: list[float | None | Failure] | Failure | None = None) -> list[float | None | Failure]:
-        """Its value for each row: a number, None (no reward) or the `Failure` of that row. `batch`: the outcome of
-        its call on the whole batch where it was already made (an async function's, awaited beside the others)."""
+    def scores(self, task: Any, problems: Sequence[Problem], texts: Sequence[str], ids: Sequence[list[int]] | None,
+               hooks: Mapping[str, Any], batch: list[float | None | Failure] | Failure | None = None,
+               ) -> list[float | None | Failure]:
+        """Its value for each row: a number, None (no reward) or the `Failure` of that row. `ids`: the responses'
+        token ids (TRL's `completion_ids`; None where the caller has none); `hooks`: TRL's other keywords
+        (`trainer_state`, `log_extra`, `log_metric`); `batch`: the outcome of its call on the whole batch where it
+        was already made (an async function's, awaited beside the others)."""
         if self.style == "verl":
             return [self._verl(task, problem, text) for problem, text in zip(problems, texts)]
         if batch is None:
             try:
-                batch = self._trl(problems, texts)
+                batch = self._trl(problems, texts, ids, hooks)
             except Failure as failure:
                 batch = failure
         if not isinstance(batch, Failure):
@@ -273,26 +291,28 @@ class Loaded:
         if len(problems) == 1:
             return [batch]
         out: list[float | None | Failure] = []
-        for problem, text in zip(problems, texts):  # find the rows at fault
+        for row, (problem, text) in enumerate(zip(problems, texts)):  # find the rows at fault
             try:
-                out += self._trl([problem], [text])
+                out += self._trl([problem], [text], None if ids is None else [ids[row]], hooks)
             except Failure as failure:
                 out.append(failure)
         return out
 
-    def _trl(self, problems: Sequence[Problem], texts: Sequence[str]) -> list[float | None | Failure]:
+    def _trl(self, problems: Sequence[Problem], texts: Sequence[str], ids: Sequence[list[int]] | None,
+             hooks: Mapping[str, Any]) -> list[float | None | Failure]:
         if self.is_async:
-            return asyncio.run(self.awaited(problems, texts))
+            return asyncio.run(self.awaited(problems, texts, ids, hooks))
         try:
-            values = self._call(**trl_arguments(problems, texts))
+            values = self._call(**trl_arguments(problems, texts, ids, hooks))
         except Exception as error:  # a user's function may raise anything
             raise Failure(f"raised {_describe(error)}") from error
         return checked_values(values, len(problems))
 
-    async def awaited(self, problems: Sequence[Problem], texts: Sequence[str]) -> list[float | None | Failure]:
+    async def awaited(self, problems: Sequence[Problem], texts: Sequence[str], ids: Sequence[list[int]] | None,
+                      hooks: Mapping[str, Any]) -> list[float | None | Failure]:
         """An async function's values on the batch (its `Failure` raised), awaited."""
         try:
-            values = await self._call(**trl_arguments(problems, texts))
+            values = await self._call(**trl_arguments(problems, texts, ids, hooks))
         except Exception as error:  # a user's function may raise anything
             raise Failure(f"raised {_describe(error)}") from error
         return checked_values(values, len(problems))
@@ -317,9 +337,11 @@ class Loaded:
             return failure
 
 
-def trl_arguments(problems: Sequence[Problem], texts: Sequence[str]) -> dict[str, Any]:
-    """A batch's keyword arguments for a trl-style function: the rows' columns, `prompts` and `completions` in
-    TRL's shapes (message lists on a conversational batch, judged by its first row as TRL does; else strings)."""
+def trl_arguments(problems: Sequence[Problem], texts: Sequence[str], ids: Sequence[list[int]] | None,
+                  hooks: Mapping[str, Any]) -> dict[str, Any]:
+    """A batch's keyword arguments for a trl-style function, as TRL 1.16 passes them: the rows' columns, `prompts`
+    and `completions` in TRL's shapes (message lists on a conversational batch, judged by its first row as TRL does;
+    else strings), `completion_ids` (where known) and `hooks` (`trainer_state`, `log_extra`, `log_metric`)."""
     rows = [row_columns(problem) for problem in problems]
     names = dict.fromkeys(name for row in rows for name in row)
     columns = {name: [row.get(name) for row in rows] for name in names if name not in TRL_PARAMETERS}
@@ -328,7 +350,8 @@ def trl_arguments(problems: Sequence[Problem], texts: Sequence[str]) -> dict[str
         completions: list[Any] = [[{"role": "assistant", "content": text}] for text in texts]
     else:
         prompts, completions = [p.prompt for p in problems], list(texts)
-    return {**columns, "prompts": prompts, "completions": completions}
+    known = {} if ids is None else {"completion_ids": [list(row) for row in ids]}
+    return {**columns, **hooks, **known, "prompts": prompts, "completions": completions}
 
 
 def as_messages(prompt: str) -> list[dict[str, str]]:
@@ -383,6 +406,26 @@ class CustomReward:
             self.functions.append(Loaded(spec.function, function, spec.weight, spec.style, accepted_keywords(function)))
         self.correct_at = correct_at
         self._unscored_warned = False
+        self.state = RewardState()
+        """The trainer's progress, passed as `trainer_state` (set by `credo.train` before each step's sampling)."""
+        self.metrics: dict[str, list[float]] = {}
+        """Values the functions logged with `log_metric` since the last `drain`, by name."""
+        self.columns: dict[str, list[Any]] = {}
+        """Values the functions logged with `log_extra` since the last `drain`, by column."""
+
+    def log_metric(self, name: str, value: float) -> None:
+        """TRL's `log_metric`: a scalar for this batch, averaged into the step's record under `name`."""
+        self.metrics.setdefault(name, []).append(float(value))
+
+    def log_extra(self, column: str, values: list[Any]) -> None:
+        """TRL's `log_extra`: one value per row of the batch, shown beside the step's logged samples."""
+        self.columns.setdefault(column, []).extend(values)
+
+    def drain(self) -> tuple[dict[str, float], dict[str, list[Any]]]:
+        """The logged metrics (each its mean) and columns since the last call, which are then forgotten."""
+        metrics = {name: sum(values) / len(values) for name, values in self.metrics.items() if values}
+        columns, self.metrics, self.columns = self.columns, {}, {}
+        return metrics, columns
 
     @classmethod
     def of(cls, config: Any) -> CustomReward | None:
@@ -390,15 +433,16 @@ class CustomReward:
         functions = getattr(config, "reward", None)
         return cls(functions, getattr(config, "correct_at", 1.0)) if functions else None
 
-    def verdicts(self, task: Any, problems: Sequence[Problem], texts: Sequence[str],
-                 on_error: str) -> tuple[list[Verdict], int]:
+    def verdicts(self, task: Any, problems: Sequence[Problem], texts: Sequence[str], on_error: str,
+                 completion_ids: Sequence[list[int]] | None = None) -> tuple[list[Verdict], int]:
         """The verdict on every response and how many rows a failing function scored 0 (`reward_errors`)."""
         n = len(problems)
         totals, scored, failed = [0.0] * n, [False] * n, [False] * n
         terms: list[list[tuple[str, float | None]]] = [[] for _ in range(n)]
-        awaited = self._async_batches(problems, texts)
+        hooks = {"trainer_state": self.state, "log_extra": self.log_extra, "log_metric": self.log_metric}
+        awaited = self._async_batches(problems, texts, completion_ids, hooks)
         for index, loaded in enumerate(self.functions):
-            for row, value in enumerate(loaded.scores(task, problems, texts, awaited.get(index))):
+            for row, value in enumerate(loaded.scores(task, problems, texts, completion_ids, hooks, awaited.get(index))):
                 terms[row].append((loaded.name, value if not isinstance(value, Failure) else None))
                 if isinstance(value, Failure):
                     if on_error == "raise":
@@ -437,7 +481,8 @@ class CustomReward:
         errors = sum(failed) + (own[1] if own is not None else 0)
         return verdicts, errors
 
-    def _async_batches(self, problems: Sequence[Problem], texts: Sequence[str]) -> dict[int, list | Failure]:
+    def _async_batches(self, problems: Sequence[Problem], texts: Sequence[str], ids: Sequence[list[int]] | None,
+                       hooks: Mapping[str, Any]) -> dict[int, list | Failure]:
         """The batch outcome of each async trl-style function (by its index), all awaited concurrently, as TRL
         gathers them."""
         pending = [i for i, f in enumerate(self.functions) if f.style == "trl" and f.is_async]
@@ -445,7 +490,7 @@ class CustomReward:
             return {}
 
         async def gathered() -> list[Any]:
-            calls = (self.functions[i].awaited(problems, texts) for i in pending)
+            calls = (self.functions[i].awaited(problems, texts, ids, hooks) for i in pending)
             return await asyncio.gather(*calls, return_exceptions=True)
 
         outcomes = asyncio.run(gathered())
