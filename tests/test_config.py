@@ -416,3 +416,33 @@ def test_an_override_fills_a_section_that_a_dumped_config_left_null(tmp_path):
     assert "lora: null" in recorded.read_text()
     config = load_config(recorded, ["model.lora.r=4"])
     assert config.model.lora is not None and config.model.lora.r == 4
+
+
+@pytest.mark.parametrize("override, credo_key", [
+    ("num_generations=8", "rollout.group_size"), ("rollout.num_generations=8", "rollout.group_size"),
+    ("beta=0.04", "loss.kl_beta"), ("optim.learning_rate=1e-5", "optim.lr"), ("max_completion_length=64",
+    "rollout.max_new_tokens"), ("num_iterations=2", "optim.epochs"), ("save_steps=10", "train.checkpoint_every"),
+])
+def test_a_trl_key_is_answered_with_credos_spelling(override, credo_key):
+    """A TRL GRPOConfig key, anywhere in a config, is a one-line error that names credo's key for it."""
+    with pytest.raises(ConfigError) as error:
+        load_config(None, [override])
+    line = str(error.value).splitlines()[-1]
+    assert "TRL's GRPOConfig spelling" in line and line.endswith(f"credo's: {credo_key}")
+
+
+def test_every_trl_key_hint_names_keys_credo_has():
+    """Each dotted credo key a TRL hint names exists in the schema (a renamed credo key cannot leave a stale hint)."""
+    import re
+
+    from credo.config import TRL_KEYS, RunConfig
+
+    for hint in TRL_KEYS.values():
+        for dotted in re.findall(r"\b(?:rollout|optim|train|model|loss|credit)\.[a-z0-9_]+(?:\.[a-z0-9_]+)*", hint):
+            section, *rest = dotted.split(".")
+            if section in ("loss", "credit"):  # the method's switches, validated against its classes
+                continue
+            model = RunConfig.model_fields[section].annotation
+            for part in rest:
+                assert part in model.model_fields, (hint, dotted)
+                model = model.model_fields[part].annotation

@@ -408,6 +408,61 @@ def deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+TRL_KEYS = {
+    "num_generations": "rollout.group_size",
+    "max_completion_length": "rollout.max_new_tokens",
+    "temperature": "rollout.temperature",
+    "top_p": "rollout.top_p",
+    "generation_batch_size": "rows per step are rollout.prompts_per_step x rollout.group_size (credo's "
+                             "rollout.generation_batch_size bounds one decoding call)",
+    "per_device_train_batch_size": "rows per step are rollout.prompts_per_step x rollout.group_size; "
+                                   "optim.micro_batch_size bounds a forward pass",
+    "gradient_accumulation_steps": "optim.micro_batch_size / optim.micro_batch_tokens (micro-batches accumulate "
+                                   "into each optimiser step)",
+    "steps_per_generation": "optim.minibatches (optimiser steps per rollout batch)",
+    "num_iterations": "optim.epochs",
+    "learning_rate": "optim.lr",
+    "lr_scheduler_type": "optim.schedule (constant, cosine)",
+    "warmup_steps": "optim.warmup_steps",
+    "weight_decay": "optim.weight_decay",
+    "adam_beta1": "optim.betas",
+    "adam_beta2": "optim.betas",
+    "max_grad_norm": "optim.grad_clip",
+    "beta": "loss.kl_beta",
+    "epsilon": "loss.clip_low (and loss.clip_high)",
+    "epsilon_high": "loss.clip_high",
+    "loss_type": "the method (grpo, dr_grpo, dapo, ...) or loss.agg",
+    "scale_rewards": "credit.scale (std, batch_std, none)",
+    "importance_sampling_level": "method: gspo (sequence-level ratios)",
+    "reward_weights": "task.reward's weight per function",
+    "use_vllm": "rollout.backend: vllm",
+    "vllm_gpu_memory_utilization": "rollout.vllm.gpu_memory_utilization",
+    "max_steps": "train.steps",
+    "num_train_epochs": "train.steps (credo counts rollout batches)",
+    "seed": "train.seed",
+    "save_steps": "train.checkpoint_every",
+    "save_total_limit": "train.keep_checkpoints",
+    "eval_steps": "train.eval_every",
+    "logging_steps": "none: every step is logged (metrics.jsonl); train.eval_every sets the evaluations",
+    "log_completions": "train.log_samples",
+    "num_completions_to_print": "train.log_samples",
+    "report_to": "train.report_to",
+    "output_dir": "credo train --output",
+    "model_name_or_path": "model.path",
+    "bf16": "model.autocast_bf16",
+}
+"""TRL `GRPOConfig` (and `TrainingArguments`) keys a TRL user may write, and credo's key for each: an unknown key
+of that name is answered with credo's spelling."""
+
+
+def unknown_key_message(loc: tuple) -> str:
+    """The error for an unknown key at `loc`: credo's spelling of a TRL key, else the keys allowed there."""
+    name = str(loc[-1]) if loc else ""
+    if name in TRL_KEYS:
+        return f"unknown key (TRL's GRPOConfig spelling); credo's: {TRL_KEYS[name]}"
+    return f"unknown key; allowed here: {_allowed(loc)}"
+
+
 def validate(data: dict[str, Any], where: str = "<config>", *, load_rewards: bool = True) -> RunConfig:
     try:
         return RunConfig.model_validate(data, context={"load_rewards": load_rewards})
@@ -417,7 +472,7 @@ def validate(data: dict[str, Any], where: str = "<config>", *, load_rewards: boo
             key = ".".join(str(p) for p in problem["loc"]) or "config"
             message = clip(problem["msg"].removeprefix("Value error, "))
             if problem["type"] == "extra_forbidden":
-                message = f"unknown key; allowed here: {_allowed(problem['loc'])}"
+                message = unknown_key_message(problem["loc"])
             lines.append(f"  {key}: {message}")
         raise ConfigError(f"invalid config {where}:\n" + "\n".join(lines)) from None
 
