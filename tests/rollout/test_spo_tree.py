@@ -219,7 +219,7 @@ def random_tree(gen: random.Random, fan_out: list[int], empty: float = 0.1):
             reward = float(gen.random() < 0.5)
             row = Row(None, [1], Episode(path, [len(path)], "eos"), "", Verdict(reward, reward == 1.0), False,
                       prefix_len=len(node.path), tokens=len(segment))
-            child = Node(None, [1], path, node.probs + [gen.random() for _ in segment], row, finished=leaf)
+            child = Node(None, [1], path, node.probs + [gen.random() for _ in segment], row)
             child_record = {"text": tuple(segment), "full_text": tuple(path), "reward": reward}
             node.children.append(child)
             record["children"].append(child_record)

@@ -71,8 +71,7 @@ def make_rows(tokenizer, task, problems, out: Completions, rules: ThoughtRules, 
     the part of its kept episode that the prefix holds: all of the prefix, unless the episode rules cut inside it
     (a prefix that ends inside a thought whose continuation crosses the token budget loses that thought)."""
     rows = []
-    for n, problem in enumerate(problems):
-        generated = out.response_ids[n][out.response_mask[n]].tolist()
+    for n, (problem, generated) in enumerate(zip(problems, out.id_lists())):
         prefix = prefixes[n] if prefixes else []
         full = prefix + generated
         kept = episode(full, token_pieces(tokenizer, full), rules)

@@ -41,6 +41,7 @@ STEP_VALUES = RecordedField(
 SPO-chain). The demo's toy responses are three steps of two tokens; each row's value before each step (the first:
 its siblings' mean reward) drops across each failure's wrong step."""
 
+
 def boundary_values(backend: GenerationBackend, task: Task, requests: Sequence[tuple[Row, Sequence[int]]], k: int,
                     options: RolloutOptions, rules: ThoughtRules) -> tuple[list[list[float]], int]:
     """For each `(row, boundaries)`, the Monte-Carlo value of the state after each boundary's first `j`

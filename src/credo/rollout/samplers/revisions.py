@@ -135,10 +135,11 @@ def revise(backend: GenerationBackend, task: Task, rollout: Rollout, requests: l
         encode_prompts(backend.tokenizer, prompts), max_new_tokens=options.max_new_tokens or config.max_new_tokens,
         temperature=max(temperature, 1e-5), top_p=config.top_p, greedy=temperature == 0.0,
     )
-    verdicts, errors = verify_all(task, problems, out.texts, config.reward_errors, out.id_lists())
+    ids = out.id_lists()
+    verdicts, errors = verify_all(task, problems, out.texts, config.reward_errors, ids)
     revisions = [
-        Revision(row, ref, out.response_ids[n][out.response_mask[n]].tolist(),
-                 verdict.correct and not bool(out.truncated[n]), bool(out.truncated[n]), verdict.sandbox_failed)
+        Revision(row, ref, ids[n], verdict.correct and not bool(out.truncated[n]), bool(out.truncated[n]),
+                 verdict.sandbox_failed)
         for n, ((row, ref), verdict) in enumerate(zip(requests, verdicts))
     ]
     return revisions, errors

@@ -116,7 +116,6 @@ class Node:
     path: list[int]
     probs: list[float]
     row: Row | None = None
-    finished: bool = False
     children: list[Node] = field(default_factory=list)
     value: float = 0.0
 
@@ -153,11 +152,11 @@ def grow_trees(backend: GenerationBackend, task: Task, problems: list[Problem], 
                 own = max(0, len(row.episode.ids) - len(parent.path))
                 child = Node(parent.problem, parent.prompt, row.episode.ids, parent.probs[: row.prefix_len]
                              + out.token_probs[index, :own].tolist(), row)
-                child.finished = (last or not bool(out.truncated[index]) or row.episode.reason != "eos"
-                                  or len(child.path) >= options.max_new_tokens or not child.extends)
                 parent.children.append(child)
                 tokens += row.tokens
-                if not child.finished:
+                finished = (last or not bool(out.truncated[index]) or row.episode.reason != "eos"
+                            or len(child.path) >= options.max_new_tokens or not child.extends)
+                if not finished:
                     frontier.append(child)
     return roots, tokens
 
@@ -217,7 +216,7 @@ def carriers(root: Node, drawn: list[tuple[Node, Node]]) -> tuple[list[Carrier],
         carrier = rows.setdefault(id(below[-1]), Carrier(upper[:-1] + below))
         carrier.carried.append(child)
     if not rows:
-        below = first_leaf(root) or path_to(root, leftmost(root))
+        below = first_leaf(root) or path_to(root, leaves(root)[0])
         return [Carrier(below)], missing
     order = {id(leaf): n for n, leaf in enumerate(leaves(root))}
     return sorted(rows.values(), key=lambda c: order[id(c.path[-1])]), missing
@@ -226,11 +225,6 @@ def carriers(root: Node, drawn: list[tuple[Node, Node]]) -> tuple[list[Carrier],
 def leaves(node: Node) -> list[Node]:
     """The leaves below `node`, in the tree's order."""
     return [node] if not node.children else [leaf for c in node.children for leaf in leaves(c)]
-
-
-def leftmost(node: Node) -> Node:
-    """The first leaf below `node`."""
-    return node if not node.children else leftmost(node.children[0])
 
 
 def path_to(root: Node, target: Node) -> list[Node] | None:
@@ -266,9 +260,9 @@ def sample_spo_tree(backend: GenerationBackend, task: Task, stream: ProblemStrea
 
 
 def tree_rollout(roots: list[Node], tokens: int, pad: int, spo: SpoTreeConfig, rng=random) -> Rollout:
-    """The rollout that trains grown trees, valued here: per tree, at most `spo.max_edges` of its edges drawn by `rng`, in the
-    leaves that carry them, with their segments, values, cutpoints and carried tokens recorded; `tokens`: the
-    tokens generated for the trees."""
+    """The rollout that trains grown trees, valued here: per tree, at most `spo.max_edges` of its edges drawn by
+    `rng`, in the leaves that carry them, with their segments, values, cutpoints and carried tokens recorded;
+    `tokens`: the tokens generated for the trees."""
     groups, chosen, kept, missing = [], [], 0, 0
     for root in roots:
         assign_values(root)
