@@ -449,3 +449,56 @@ def test_tf32_follows_its_setting_on_cuda_and_autocast_where_unset(setting, devi
     from credo.train import uses_tf32
 
     assert uses_tf32(setting, torch.device(device), autocast) is expected
+
+
+TRL_USER_REWARDS = '''
+import asyncio
+
+SEEN = []
+
+async def judged_length(completions, **kwargs):
+    await asyncio.sleep(0)
+    return [min(len(c[0]["content"]), 100) / 100 for c in completions]
+
+def progress(completions, completion_ids, trainer_state, log_metric, **kwargs):
+    SEEN.append((trainer_state.global_step, len(completion_ids)))
+    log_metric("progress/mean_ids", sum(map(len, completion_ids)) / len(completion_ids))
+    return [0.0 for _ in completions]
+'''
+
+
+@pytest.mark.slow
+def test_smollm2_trains_on_a_conversational_parquet_with_trls_own_reward_functions(tmp_path, monkeypatch):
+    """A TRL user's set-up as it is: a conversational parquet dataset (`prompt` a message list, a `solution`
+    column) and `task.reward` naming TRL's `accuracy_reward` and `think_format_reward`, an async function and
+    one taking TRL 1.16's keywords; each function's mean is logged under TRL's name."""
+    pytest.importorskip("trl")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from credo.io import read_jsonl
+
+    rows = [{"prompt": [{"role": "user", "content": f"What is {a} + {b}? Think in <think></think>, then answer."}],
+             "solution": f"${a + b}$"} for a in range(1, 5) for b in range(1, 5)]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "train.parquet")
+    (tmp_path / "user_rewards.py").write_text(TRL_USER_REWARDS)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "user_rewards", raising=False)
+    task = {"name": "dataset", "path": "train.parquet", "eval_fraction": 0.25,
+            "reward": ["trl.rewards:accuracy_reward", {"function": "trl.rewards:think_format_reward", "weight": 0.5},
+                       {"function": "user_rewards:judged_length", "weight": 0.1}, "user_rewards:progress"]}
+    config = load_config(None, [
+        "model.path=smollm2-135m", f"task={json.dumps(task)}", "train.steps=2", "train.eval_every=2",
+        "train.checkpoint_every=2", "rollout.prompts_per_step=2", "rollout.group_size=2",
+        "rollout.max_new_tokens=24", "optim.lr=5e-6", "eval.samples=0", "eval.ks=[1]", "eval.max_problems=2",
+    ])
+    summary = train(config, tmp_path / "run", show_progress=False)
+    steps = [r for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if "reward/mean" in r]
+    assert len(steps) == 2 and summary["skipped_steps"] == 0
+    for name in ("accuracy_reward", "think_format_reward", "judged_length", "progress"):
+        assert all(f"rewards/{name}/mean" in r and f"rewards/{name}/std" in r for r in steps), name
+    assert all(0.0 < r["rewards/judged_length/mean"] <= 1.0 and r["progress/mean_ids"] > 0 for r in steps)
+    import user_rewards
+
+    assert [step for step, rows in user_rewards.SEEN if rows == 4] == [0, 1]  # each step's 2 x 2 responses
+    sys.modules.pop("user_rewards")

@@ -307,10 +307,13 @@ def task_config(options: dict[str, Any], *, load_rewards: bool = True) -> BaseMo
 
 class RewardName(RewardFunction):
     """A `task.reward` entry checked for its form only ("module:function" or "file.py:function", a finite weight,
-    a known style): its module is not imported."""
+    a known style; or a reward model's path): its module is not imported, nor the model's config read."""
 
     @model_validator(mode="after")
     def _loadable(self) -> RewardName:  # replaces RewardFunction's, which imports the function
+        self.check_form()
+        if self.model is not None:
+            return self
         module, colon, function = self.function.partition(":")
         if not (colon and module.strip() and function.strip()) or ":" in function:
             raise ValueError(f"reward function {self.function!r} must look like 'package.module:function' "

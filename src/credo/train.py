@@ -179,6 +179,7 @@ def build_trainer(config: RunConfig, run: RunDirectory) -> Trainer:
     method = get_method(config.method, estimator=config.credit, loss=config.loss).for_run(config.rollout)
     task = build_task(config.task)
     model, tokenizer = load_model(config.model, device)
+    check_reward_shapes(task, config, tokenizer)
     # before any update or checkpoint touches the weights: the reference is the starting policy
     reference = ReferencePolicy(model, lora=config.model.lora is not None) if "ref_logp" in method.needs else None
     model.train()
@@ -288,15 +289,41 @@ def record_resumed_config(trainer: Trainer, state: TrainState) -> None:
         write_text_atomic(recorded, text)
 
 
+def check_reward_shapes(task: Task, config: RunConfig, tokenizer) -> None:
+    """The custom reward functions of `task.reward` called once on the first training row, before any sampling
+    (`CustomReward.check_shapes`): one that cannot score the dataset's rows stops the run here."""
+    custom = getattr(task, "custom_reward", None)
+    if custom is None:
+        return
+    custom.state = reward_state(config, 0)
+    problem = next(iter(task.train_problems(config.train.seed)))
+    ids = tokenizer(problem.answer, add_special_tokens=False)["input_ids"]
+    custom.check_shapes(task, problem, ids, config.rollout.reward_errors)
+
+
+def follow_rewards(trainer: Trainer, step: int):
+    """The task's custom reward (None where it has none), its `trainer_state` set for step `step`."""
+    custom = getattr(trainer.task, "custom_reward", None)
+    if custom is not None:
+        custom.state = reward_state(trainer.config, step)
+    return custom
+
+
+def reward_state(config: RunConfig, step: int) -> RewardState:
+    """TRL's `trainer_state` for the reward functions before step `step`'s sampling: as TRL counts them, in
+    optimiser steps (`optim.minibatches x optim.epochs` per training step), those done and the run's."""
+    updates = config.optim.minibatches * config.optim.epochs
+    return RewardState(global_step=step * updates, max_steps=config.train.steps * updates)
+
+
 # ------------------------------------------------------------------------------------------- the step
 def sample_rollout(trainer: Trainer, stream: ProblemStream, step: int = 0) -> Rollout:
     """One rollout batch from the method's sampler (`credo.rollout.samplers`), keyed by the step under common
     random numbers."""
     if trainer.sampling_keys is not None:
         trainer.sampling_keys.begin(TRAIN, step)
-    custom = getattr(trainer.task, "custom_reward", None)
-    if custom is not None:  # TRL's `trainer_state` for the reward functions; what evaluation logged is not kept
-        custom.state = RewardState(global_step=step, max_steps=trainer.config.train.steps)
+    custom = follow_rewards(trainer, step)
+    if custom is not None:  # what evaluation logged is not kept
         custom.drain()
     return trainer.method.sampler.sample(trainer.backend, trainer.task, stream, trainer.config.rollout)
 
@@ -574,6 +601,7 @@ def record_eval(trainer: Trainer, problems, state: TrainState, *, final: bool = 
     config = trainer.config
     if trainer.sampling_keys is not None:
         trainer.sampling_keys.begin(EVAL, state.step)
+    follow_rewards(trainer, state.step)
     samples = config.eval.final_samples if final and config.eval.final_samples is not None else config.eval.samples
     result = evaluate_policy(
         trainer.backend, trainer.task, problems, config.eval.model_copy(update={"samples": samples}),

@@ -142,7 +142,9 @@ def test_messages_column_is_a_chat_prompt_rendered_with_the_template(tmp_path):
     system, plain, multi = task.train
     assert isinstance(system.prompt, ChatPrompt)
     assert system.prompt == "1+1?" and multi.prompt == "3+3?"  # as text: the last user message
-    assert type(plain.prompt) is str and plain.prompt == "2+2?"  # a lone user message is a plain prompt
+    # a lone user message is conversational too (as TRL reads it: reward functions get its message list), and
+    # renders as a plain prompt would
+    assert isinstance(plain.prompt, ChatPrompt) and plain.prompt == "2+2?"
     tokenizer = build_tokenizer()
     tokenizer.chat_template = SYSTEM_TEMPLATE
     assert encodes_as(tokenizer, [p.prompt for p in task.train], [

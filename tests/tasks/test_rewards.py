@@ -470,16 +470,49 @@ def test_trls_keywords_reach_functions_and_their_logs_reach_the_run(tmp_path, mo
     '''))
     monkeypatch.chdir(tmp_path)
     monkeypatch.delitem(sys.modules, "kw_rewards", raising=False)
-    config = load_config(None, [*TINY, "train.steps=2", "train.eval_every=100",
+    config = load_config(None, [*TINY, "train.steps=2", "train.eval_every=100", "optim.minibatches=2",
                                 'task.reward=["kw_rewards:progress", "kw_rewards:plain"]'])
     train(config, tmp_path / "run", show_progress=False)
     import kw_rewards
 
-    during = [step for step, steps, *_ in kw_rewards.SEEN if steps == 2]  # the first evaluation precedes the state
-    assert during[:2] == [0, 1] and set(during) == {0, 1}  # each step's sampling, then the final evaluation
+    probe, *calls = kw_rewards.SEEN  # the check of the rows' shapes, on one row before anything is sampled
+    assert probe[:2] == (0, 4) and len(probe[2]) == 1 and probe[2][0] > 0
+    # in optimiser steps, as TRL counts them (2 per step): the first evaluation, each step's sampling, the last
+    # in optimiser steps, as TRL counts them (2 per step): the first evaluation (greedy, sampled), each step's
+    # sampling, the last evaluation
+    assert [(step, steps) for step, steps, *_ in calls] == [(0, 4)] * 3 + [(2, 4)] + [(4, 4)] * 2
     assert all(len(ids) == len(texts) for *_, ids, texts in kw_rewards.SEEN)  # a token count per response
     steps = [r for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if "reward/mean" in r]
     assert all(r["progress/ids_per_row"] > 0 for r in steps) and all(r["rewards/plain/mean"] == 1.0 for r in steps)
     samples = list(read_jsonl(tmp_path / "run" / "samples.jsonl"))
     assert samples and all(s["extra"]["first_id"] == s["ids"][0] for s in samples if s["ids"])
     sys.modules.pop("kw_rewards")
+
+
+TRL_DOCS_STYLE = '''
+def content_length(completions, **kw):
+    return [float(len(c[0]["content"])) for c in completions]
+'''
+
+
+def test_a_function_that_cannot_take_the_rows_shape_stops_the_run_before_sampling(tmp_path, monkeypatch, caplog):
+    """A reward written for conversational rows (`completion[0]["content"]`) on a plain-text dataset fails when the
+    run starts, naming the function and the shape it was given; under reward_errors=zero it is a warning."""
+    from tiny import TINY
+
+    from credo.train import train
+
+    (tmp_path / "docs_rewards.py").write_text(TRL_DOCS_STYLE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "docs_rewards", raising=False)
+    config = load_config(None, [*TINY, "train.steps=1", "task.reward=docs_rewards:content_length"])
+    with pytest.raises(ValueError, match=r"^reward function docs_rewards:content_length raised TypeError: string "
+                                         r"indices must be integers.* when called on the first training row \(a "
+                                         r"plain-text row: prompts and completions are strings\) with its answer "):
+        train(config, tmp_path / "run", show_progress=False)
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+    zero = config.model_copy(update={"rollout": config.rollout.model_copy(update={"reward_errors": "zero"})})
+    with caplog.at_level(logging.WARNING, logger="credo.tasks.rewards"):
+        train(zero, tmp_path / "zero", show_progress=False)
+    assert any("plain-text row" in r.getMessage() and "score 0" in r.getMessage() for r in caplog.records)
+    sys.modules.pop("docs_rewards")

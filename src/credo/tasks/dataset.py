@@ -185,8 +185,7 @@ class DatasetTask(JsonlTask):
             except ValueError as error:
                 raise ValueError(f"{where}: column {prompt_column!r} must be a string or a list of "
                                  f"{{role, content}} messages ending with a user message: {error}") from None
-            only_user = len(messages) == 1
-            prompt = messages[0]["content"] if only_user else ChatPrompt(messages)
+            prompt = ChatPrompt(messages)  # conversational, as TRL reads it, even a lone user message
         prompt = with_system(with_instruction(prompt, config.instruction), config.system_prompt)
 
         found, answer = lookup(row, config.answer_column)

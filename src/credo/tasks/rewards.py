@@ -31,7 +31,7 @@ Two calling conventions (`style`):
   `async def` function (or a callable whose `__call__` is one) is awaited; a batch's async functions run
   concurrently, as TRL runs them. TRL 1.16's other keywords are passed to a function that takes them (or
   `**kwargs`): `completion_ids` (each response's token ids), `trainer_state` (a `RewardState`: `global_step`,
-  the optimiser steps done, and `max_steps`), `log_metric(name, value)` (averaged into the step's record under
+  the optimiser steps done, and `max_steps`, the run's), `log_metric(name, value)` (averaged into the step's record under
   `name`) and `log_extra(column, values)` (one value per row, shown beside the step's logged samples); what
   functions log while the run evaluates is not kept. Each function's mean and standard deviation over a step's responses are
   logged as TRL names them, `rewards/<name>/mean` and `rewards/<name>/std` (`<name>` the function's
@@ -41,11 +41,18 @@ Two calling conventions (`style`):
   "data_source" column when it has one, else the task's name; `extra_info` the row's "extra_info" column
   when it has one, else all its columns (as above).
 
+Instead of a function, an entry may name a reward model, `{model: path/to/reward_model, weight: ...}`: a
+sequence-classification model scored as TRL's GRPOTrainer scores one (`credo.tasks.reward_model`), a trl-style
+function here.
+
 The reward is the weighted sum (`weight`, default 1; TRL's `reward_weights`) of the values that are not
 None; a row that every function leaves without a value gets 0, with `Verdict.unscored` set (a warning says
 how many). The custom reward replaces the task's own scoring of the reward, and `correct` is
 `reward >= correct_at`. Step checkers stay a task feature: on a task that checks steps (`arith`), the task's
 own verifier still gives `first_wrong_step` and `error_kind`.
+
+Before anything is sampled, `credo train` calls each function once on the first training row, its answer as the
+response (`CustomReward.check_shapes`): one that cannot take the rows' shape fails there, naming the shape.
 
 A function that raises or returns something other than a number or None (or, in the trl style, not a list
 with one value per row) follows `rollout.reward_errors`: "raise" stops with a one-line error naming the
@@ -77,6 +84,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from credo.tasks.base import Problem, Verdict, short_repr
 from credo.tasks.chat import ChatPrompt
+from credo.tasks.reward_model import RewardModel, reward_model_directory
 
 log = logging.getLogger(__name__)
 
@@ -88,19 +96,23 @@ is not passed: TRL's own wins)."""
 @dataclass(frozen=True)
 class RewardState:
     """What a reward function reads from TRL's `trainer_state` (a `transformers.TrainerState`), as credo's trainer
-    has it: the optimiser steps done before this batch and the run's `train.steps`."""
+    has it, in optimiser steps as TRL counts them: those done before this batch and the run's (`train.steps x
+    optim.minibatches x optim.epochs`)."""
 
     global_step: int = 0
     max_steps: int = 0
 
 
 class RewardFunction(BaseModel):
-    """One reward function of `task.reward` and its weight."""
+    """One reward function of `task.reward` (or a reward model) and its weight."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
-    function: str
+    function: str | None = Field(None, exclude_if=lambda value: value is None)
     """"package.module:function" (importable from the working directory) or "path/to/file.py:function"."""
+    model: str | None = Field(None, exclude_if=lambda value: value is None)
+    """Instead of `function`: a sequence-classification reward model's directory, scored as TRL scores one
+    (`credo.tasks.reward_model`)."""
     weight: float = Field(1.0, allow_inf_nan=False)
     """Its weight in the reward, a weighted sum (TRL's `reward_weights`); negative weights are penalties."""
     style: Literal["trl", "verl"] = "trl"
@@ -111,8 +123,26 @@ class RewardFunction(BaseModel):
 
     @model_validator(mode="after")
     def _loadable(self) -> RewardFunction:
-        check_signature(load_function(self.function), self.function, self.style)
+        self.check_form()
+        if self.model is not None:
+            reward_model_directory(self.model)
+        else:
+            check_signature(load_function(self.function), self.function, self.style)
         return self
+
+    def check_form(self) -> None:
+        """A ValueError unless exactly one of `function` and `model` is given, and `style` only with a function."""
+        if (self.function is None) == (self.model is None):
+            raise ValueError("a reward entry names either a function or a model: "
+                             + ("not both" if self.function is not None else "give one"))
+        if self.model is not None and "style" in self.model_fields_set:
+            raise ValueError(f"reward model {self.model!r}: style applies to functions only (a model is scored as "
+                             "TRL scores one)")
+
+    @property
+    def name(self) -> str:
+        """The function's path, or the reward model's."""
+        return self.function if self.model is None else f"{self.model} (reward model)"
 
 
 class RewardOptions(BaseModel):
@@ -402,8 +432,8 @@ class CustomReward:
     def __init__(self, functions: Sequence[RewardFunction], correct_at: float = 1.0) -> None:
         self.functions = []
         for spec in functions:
-            function = load_function(spec.function)
-            self.functions.append(Loaded(spec.function, function, spec.weight, spec.style, accepted_keywords(function)))
+            function = RewardModel(spec.model) if spec.model is not None else load_function(spec.function)
+            self.functions.append(Loaded(spec.name, function, spec.weight, spec.style, accepted_keywords(function)))
         self.correct_at = correct_at
         self._unscored_warned = False
         self.state = RewardState()
@@ -432,6 +462,27 @@ class CustomReward:
         """The custom reward of a task config (a `RewardOptions`), or None when it has none."""
         functions = getattr(config, "reward", None)
         return cls(functions, getattr(config, "correct_at", 1.0)) if functions else None
+
+    def check_shapes(self, task: Any, problem: Problem, completion_ids: list[int], on_error: str) -> None:
+        """Each function called once, before any sampling, on `problem` (the first training row) with its answer as
+        the response (`completion_ids` that answer's tokens): one that fails on the rows' shape (message lists on a
+        conversational dataset, strings on a plain-text one), or on anything else, is a one-line ValueError naming
+        it and the shape it was given; a warning under `rollout.reward_errors=zero`. What it logs is dropped."""
+        hooks = {"trainer_state": RewardState(max_steps=self.state.max_steps),
+                 "log_extra": lambda column, values: None, "log_metric": lambda name, value: None}
+        shape = ("a conversational row: prompts are message lists and each completion [{'role': 'assistant', "
+                 "'content': text}]" if isinstance(problem.prompt, ChatPrompt)
+                 else "a plain-text row: prompts and completions are strings")
+        for loaded in self.functions:
+            value = loaded.scores(task, [problem], [problem.answer], [completion_ids], hooks)[0]
+            if not isinstance(value, Failure):
+                continue
+            message = (f"reward function {loaded.path} {value} when called on the first training row ({shape}) "
+                       f"with its answer {short_repr(problem.answer, 40)} as the response")
+            if on_error == "raise":
+                raise ValueError(f"{message}; fix the function, or set rollout.reward_errors=zero to score the "
+                                 "rows it fails on 0") from value.__cause__
+            log.warning("%s; rows it fails on score 0 (rollout.reward_errors=zero)", message)
 
     def verdicts(self, task: Any, problems: Sequence[Problem], texts: Sequence[str], on_error: str,
                  completion_ids: Sequence[list[int]] | None = None) -> tuple[list[Verdict], int]:
