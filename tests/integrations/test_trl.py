@@ -291,7 +291,7 @@ def test_methods_with_their_own_sampler_are_clear_errors(name, reason, tmp_path)
 @pytest.mark.parametrize("settings, field", [
     ({"loss_type": "grpo"}, "loss_type"), ({"epsilon_high": 0.28}, "epsilon_high"),
     ({"scale_rewards": "batch"}, "scale_rewards"), ({"top_entropy_quantile": 0.2}, "top_entropy_quantile"),
-    ({"beta": 0.1}, "use_bias_correction_kl"),
+    ({"beta": 0.1, "use_bias_correction_kl": True}, "use_bias_correction_kl"),  # TRL 1.10 on: its default
 ])
 def test_trl_loss_settings_credo_replaces_are_errors(settings, field, tmp_path):
     pytest.importorskip("trl")
@@ -360,3 +360,43 @@ def test_a_chat_prompt_reaches_trl_with_its_whole_conversation():
     dataset = TaskReward(ArithTask()).dataset([Problem(chat, "2"), Problem("2+2?", "4")])
     assert dataset[0]["prompt"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "1+1?"}]
     assert dataset[1]["prompt"] == [{"role": "user", "content": "2+2?"}]
+
+
+@pytest.mark.slow
+def test_two_processes_over_gloo_equal_one(model_and_tokenizer, tmp_path):
+    """The same generation batch (`trl_processes.py`: scripted completions, one prompt) trained by one process and
+    by two (`accelerate launch --multi_gpu --num_processes 2`, gloo on a machine without GPUs): the advantages of
+    every row, the loss (two processes: the mean of theirs, as DDP averages gradients) and the weights after an
+    on-policy and an off-policy step are the same."""
+    import os
+    import socket
+    import subprocess
+
+    script = Path(__file__).with_name("trl_processes.py")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2] / "src"),
+                                                         os.environ.get("PYTHONPATH", "")])}
+    with socket.socket() as free:  # a free port for the two processes' rendezvous
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    runs = {1: [sys.executable, str(script)],
+            2: [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+                "--main_process_port", str(port), str(script)]}
+    for processes, command in runs.items():
+        out = tmp_path / str(processes)
+        out.mkdir()
+        done = subprocess.run([*command, str(out), "s_trace"], env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+    one = torch.load(tmp_path / "1" / "rank0.pt")
+    two = [torch.load(tmp_path / "2" / f"rank{rank}.pt") for rank in range(2)]
+    assert one["processes"] == 1 and [t["processes"] for t in two] == [2, 2]
+    [advantages] = one["advantages"]  # one generation batch, used by both optimiser steps
+    assert torch.equal(torch.cat([two[0]["advantages"][0], two[1]["advantages"][0]]), advantages)
+    assert advantages.abs().max() > 0.1
+    on_policy, off_policy = one["losses"]
+    assert abs(off_policy) > 0.01  # the second step's ratios left 1
+    assert [sum(t["losses"][step] for t in two) / 2 for step in range(2)] == pytest.approx([on_policy, off_policy],
+                                                                                            abs=1e-6)
+    moved = (one["weights"] - one["start"]).abs().max()
+    assert moved > 1e-3 and torch.allclose(two[0]["weights"], one["weights"], atol=1e-6)
+    assert torch.equal(two[0]["weights"], two[1]["weights"])

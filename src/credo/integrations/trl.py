@@ -42,6 +42,7 @@ penalty is a TRL reward function (`trl.rewards.get_soft_overlong_punishment`).
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -83,6 +84,17 @@ if _version >= Version("2"):
 
 CONVENTIONS = ("credo", "trl")
 
+PRIVATE_HOOKS: dict[str, tuple[str, ...]] = {
+    "_calculate_rewards": ("inputs", "prompts", "completions", "completion_ids_list"),
+    "_generate_and_score_completions": ("inputs",),
+    "_get_per_token_logps_and_entropies": ("model", "input_ids", "attention_mask", "logits_to_keep", "batch_size",
+                                           "compute_entropy", "compute_aux_loss"),
+    "_compute_loss": ("model", "inputs"),
+}
+"""The private `GRPOTrainer` methods the adapter overrides or calls, with the parameters it passes them, in order
+(`_get_per_token_logps_and_entropies` also takes `_FORWARD_KEYS` by name). `check_trl_hooks` holds the installed
+TRL to them; the tests hold each one's behaviour (tests/integrations/test_trl_hooks.py)."""
+
 _FORWARD_KEYS = (
     "pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes", "num_tiles",
     "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids",
@@ -104,6 +116,21 @@ _REPLACED_ARGS = {
 }
 """GRPOConfig fields that change the advantages or the loss that credo replaces. A value other than TRL's
 default would be silently ignored, so it is an error that says what to use instead."""
+
+
+def check_trl_hooks(trainer_class: type = GRPOTrainer) -> None:
+    """A RuntimeError in one line unless `trainer_class` has each of `PRIVATE_HOOKS` with the parameters credo
+    passes it (and `_get_per_token_logps_and_entropies` every one of `_FORWARD_KEYS`)."""
+    for name, parameters in PRIVATE_HOOKS.items():
+        method = getattr(trainer_class, name, None)
+        wanted = parameters + (_FORWARD_KEYS if name == "_get_per_token_logps_and_entropies" else ())
+        found = () if method is None else tuple(inspect.signature(method).parameters)[1:]  # after self
+        if found[:len(parameters)] != parameters or not set(wanted) <= set(found):
+            what = "has no such method" if method is None else f"takes ({', '.join(found)})"
+            raise RuntimeError(
+                f"trl {_trl.__version__}: GRPOTrainer.{name} {what}; credo.integrations.trl calls it with "
+                f"({', '.join(wanted)}) and supports trl{TRL_VERSIONS}; install one with: pip install 'trl{TRL_VERSIONS}'"
+            )
 
 
 def check_trl_args(args: GRPOConfig) -> None:
@@ -211,6 +238,7 @@ class CredoGRPOTrainer(GRPOTrainer):
         credo_conventions: str = "credo",
         **kwargs: Any,
     ) -> None:
+        check_trl_hooks()
         if args is not None:  # fail before TRL loads anything
             check_trl_args(args)
         resolve_method(credo_method, credo_overrides, credo_conventions, args)
