@@ -434,6 +434,7 @@ def test_a_trl_key_is_answered_with_credos_spelling(override, credo_key):
 def test_every_trl_key_hint_names_keys_credo_has():
     """Each dotted credo key a TRL hint names exists in the schema (a renamed credo key cannot leave a stale hint)."""
     import re
+    import typing
 
     from credo.config import TRL_KEYS, RunConfig
 
@@ -444,5 +445,6 @@ def test_every_trl_key_hint_names_keys_credo_has():
                 continue
             model = RunConfig.model_fields[section].annotation
             for part in rest:
+                model = next(m for m in (model, *typing.get_args(model)) if hasattr(m, "model_fields"))  # X | None
                 assert part in model.model_fields, (hint, dotted)
                 model = model.model_fields[part].annotation

@@ -440,6 +440,8 @@ TRL_KEYS = {
     "reward_weights": "task.reward's weight per function",
     "use_vllm": "rollout.backend: vllm",
     "vllm_gpu_memory_utilization": "rollout.vllm.gpu_memory_utilization",
+    "vllm_enable_sleep_mode": "rollout.vllm.enable_sleep_mode",
+    "vllm_max_model_length": "rollout.vllm.max_model_len",
     "max_steps": "train.steps",
     "num_train_epochs": "train.steps (credo counts rollout batches)",
     "seed": "train.seed",
@@ -453,9 +455,15 @@ TRL_KEYS = {
     "output_dir": "credo train --output",
     "model_name_or_path": "model.path",
     "bf16": "model.autocast_bf16",
+    "tf32": "model.tf32",
+    "use_peft": "model.lora (LoRA is on when the section is set)",
+    "lora_r": "model.lora.r",
+    "lora_alpha": "model.lora.alpha",
+    "lora_dropout": "model.lora.dropout",
+    "lora_target_modules": "model.lora.target_modules",
 }
-"""TRL `GRPOConfig` (and `TrainingArguments`) keys a TRL user may write, and credo's key for each: an unknown key
-of that name is answered with credo's spelling."""
+"""TRL `GRPOConfig` (and `TrainingArguments`, and TRL's `ModelConfig`) keys a TRL user may write, and credo's key
+for each: an unknown key of that name is answered with credo's spelling (docs/coming-from-trl.md has them all)."""
 
 
 def unknown_key_message(loc: tuple) -> str:
