@@ -7,8 +7,10 @@ plus its light dependencies, see the README): without it every test here fails, 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +24,7 @@ from credo.batch import RolloutBatch
 from credo.config import load_config
 from credo.credit import GroupAdvantage, RevisionAdvantage, suffix_mask
 from credo.losses import PPOClipLoss
-from credo.methods import get_method
+from credo.methods import METHODS, get_method
 from credo.rollout.groups import ProblemStream
 from credo.rollout.revise import TESTBED_REVISE_PROMPT
 from credo.rollout.samplers.resets import sample_resets
@@ -643,12 +645,18 @@ def example_overrides():
     return lines
 
 
-def test_the_example_launch_composes_with_verls_config_and_matches_the_method():
+def compose_verl(*overrides):
+    """verl's own `ppo_trainer` config with `overrides`, composed by Hydra as `verl.trainer.main_ppo` composes it."""
     from hydra import compose, initialize_config_dir
 
     with initialize_config_dir(config_dir=os.path.join(os.path.dirname(verl.__file__), "trainer", "config"),
                                version_base=None):
-        config = compose(config_name="ppo_trainer", overrides=example_overrides())
+        return compose(config_name="ppo_trainer", overrides=list(overrides))
+
+
+def test_the_example_launch_composes_with_verls_config_and_matches_the_method():
+    config = compose_verl(*example_overrides())
+    cv.validate_config(config)  # its agent loop from agent_loops.yaml: credo's SRPO loop, split 1x4, n 8
     actor, rollout = config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout
     assert config.trainer.use_v1  # the agent loops rely on the v1 trainer (one worker per prompt's sessions)
     assert core_algos.get_adv_estimator_fn(config.algorithm.adv_estimator).credo_method == "srpo"
@@ -676,3 +684,113 @@ def test_the_example_agent_loops_build_as_verls_worker_builds_them():
     assert srpo.resets.thoughts.delimiter == "\n\n" and srpo.resets.thoughts.answer_marker == "####"
     assert srpo.resets.thoughts.budget_tokens == 40  # capped at rollout.response_length
     assert isinstance(ibpo, RevisionAgentLoop) and ibpo.revisions.k == 4 and not ibpo.method.estimator.use_edit_mask
+
+
+# --------------------------------------------------------------------------------------------------
+# verl's config check: every credo name composed with verl's own config, checked before verl starts
+ESTIMATOR, LOSS, AGG_KEY, LOOP = cv.ESTIMATOR_KEY, cv.LOSS_KEY, cv.AGG_KEY, cv.AGENT_LOOP_KEY
+REFUSED = {f"credo_{name}": name for name in METHODS if cv.refusal(METHODS.get(name)) is not None}
+
+
+def documented_overrides(name, agg=None):
+    """The overrides credo documents for a registered name (module docstring of credo.integrations.verl): the
+    estimator, the loss, the method's aggregation (or `agg`) and, for a reset or revision method, its agent
+    loop with 8 sessions per prompt (a reset split's rows; a revision group's)."""
+    method = get_method(cv.verl_names()[name])
+    overrides = [f"{ESTIMATOR}={name}", f"{LOSS}={name}", f"{AGG_KEY}={agg or AGG[method.loss.agg]}"]
+    if method.sampler.name in cv.AGENT_LOOPS:
+        overrides += [f"{LOOP}={name}", "actor_rollout_ref.rollout.n=8"]
+    return overrides
+
+
+def fails_with(message, *overrides):
+    with pytest.raises(ValueError, match=re.escape(message)) as error:
+        cv.validate_config(compose_verl(*overrides))
+    assert "\n" not in str(error.value)  # one line
+    return str(error.value)
+
+
+def test_names_cover_every_credo_method():
+    assert set(cv.verl_names().values()) | set(REFUSED.values()) == set(METHODS)
+    assert {"credo_s_trace", "credo_otb", "credo_ktae", "credo_oracle_blame"} <= set(REFUSED)
+
+
+@pytest.mark.parametrize("name", list(cv.verl_names()))
+def test_every_registered_name_passes_with_its_overrides_and_fails_with_another_aggregation(name):
+    cv.validate_config(compose_verl(*documented_overrides(name)))
+    wanted = AGG[get_method(cv.verl_names()[name]).loss.agg]
+    other = "token-mean" if wanted != "token-mean" else "seq-mean-token-mean"
+    fails_with(f"{AGG_KEY}={other}: credo method {cv.verl_names()[name]!r} aggregates its loss as "
+               f"{get_method(cv.verl_names()[name]).loss.agg}; set {AGG_KEY}={wanted}",
+               *documented_overrides(name, agg=other))
+
+
+@pytest.mark.parametrize("key", [ESTIMATOR, LOSS])
+@pytest.mark.parametrize("name", list(REFUSED))
+def test_a_refused_name_fails_with_credos_reason(name, key):
+    why = cv.refusal(METHODS.get(REFUSED[name]))
+    fails_with(f"{key}={name}: credo method {REFUSED[name]!r} has no verl adapter: {why}", f"{key}={name}")
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ([f"{ESTIMATOR}=credo_spro"], f"{ESTIMATOR}=credo_spro: no credo method is registered"),
+    ([f"{LOSS}=credo_grpo", f"{AGG_KEY}=token-sum"], f"{AGG_KEY}=token-sum: credo method 'grpo'"),
+    ([f"{ESTIMATOR}=credo_srpo"], (f"{LOOP}=single_turn_agent: credo estimator 'credo_srpo' reads each row's "
+                                   f"advantage from credo's srpo agent loop; set {LOOP}=credo_srpo")),
+    ([f"{ESTIMATOR}=credo_srpo", f"{LOOP}=credo_rrpo", "actor_rollout_ref.rollout.n=8"],
+     f"{LOOP}=credo_rrpo: credo estimator 'credo_srpo'"),
+    ([f"{LOOP}=credo_ibpo", "actor_rollout_ref.rollout.n=8"],
+     f"{ESTIMATOR}=gae: credo's agent loop 'credo_ibpo' scores each row with its ibpo advantage"),
+    ([f"{ESTIMATOR}=credo_grpo", f"{LOOP}=credo_srpo", "actor_rollout_ref.rollout.n=8"],
+     f"{ESTIMATOR}=credo_grpo: credo's agent loop 'credo_srpo'"),
+    (documented_overrides("credo_srpo") + ["algorithm.use_kl_in_reward=True"], "algorithm.use_kl_in_reward=True: "),
+    (documented_overrides("credo_rrpo") + ["trainer.use_v1=False"], "trainer.use_v1=False: "),
+    (documented_overrides("credo_srpo") + ["actor_rollout_ref.rollout.n=4"],
+     "actor_rollout_ref.rollout.n=4: reset split 1x4 trains 8 rows per prompt; set actor_rollout_ref.rollout.n=8"),
+    (documented_overrides("credo_ibpo") + ["actor_rollout_ref.rollout.n=1"], "actor_rollout_ref.rollout.n=1: IBPO"),
+])
+def test_credo_choices_that_cannot_run_together_fail_naming_the_key(overrides, message):
+    fails_with(message, *overrides)
+
+
+def test_choices_that_are_not_credos_are_left_to_verl():
+    cv.validate_config(compose_verl())  # verl's defaults: gae, vanilla, single_turn_agent
+    cv.validate_config(compose_verl(f"{ESTIMATOR}=grpo", f"{LOSS}=credo_dapo", f"{AGG_KEY}=token-mean"))
+    cv.validate_config(compose_verl(f"{ESTIMATOR}=credo_grpo", f"{LOSS}=gspo", f"{AGG_KEY}=token-sum"))
+
+
+def test_a_refused_name_looked_up_by_verl_raises_credos_reason():
+    token_rewards, mask, index, _ = verl_inputs()
+    with pytest.raises(ValueError, match=re.escape(f"{ESTIMATOR}=credo_s_trace: credo method 's_trace'")):
+        core_algos.get_adv_estimator_fn("credo_s_trace")(token_level_rewards=token_rewards, response_mask=mask,
+                                                         index=index)
+    old, logp, adv, mask = loss_inputs()
+    with pytest.raises(ValueError, match=re.escape(f"{LOSS}=credo_otb: credo method 'otb'")):
+        core_algos.get_policy_loss_fn("credo_otb")(old, logp, adv, mask, "token-mean", actor_config())
+
+
+def test_verls_config_check_runs_credos_first():
+    from verl.utils import config as verl_config
+
+    cv.hook_validate_config()
+    cv.hook_validate_config()  # idempotent: one wrapper
+    verls = verl_config.validate_config.__wrapped__
+    assert not hasattr(verls, "credo_checks")
+    assert list(inspect.signature(verls).parameters) == ["config", "use_reference_policy", "use_critic"]
+    with pytest.raises(ValueError, match=re.escape(f"{ESTIMATOR}=credo_gtpo: credo method 'gtpo'")):
+        verl_config.validate_config(config=compose_verl(f"{ESTIMATOR}=credo_gtpo"), use_reference_policy=False,
+                                    use_critic=False)
+
+
+def test_verls_main_ppo_stops_with_credos_reason_before_ray(tmp_path):
+    # data.train_batch_size=1 fails verl's own check (not a multiple of its 8 default GPUs): without credo's
+    # check first the run still stops before Ray, with verl's message instead of credo's
+    overrides = [f"{ESTIMATOR}=credo_s_trace", "data.train_batch_size=1", f"hydra.run.dir={tmp_path}",
+                 "hydra.output_subdir=null"]
+    env = dict(os.environ, VERL_USE_EXTERNAL_MODULES="credo.integrations.verl_plugin")
+    out = subprocess.run([sys.executable, "-m", "verl.trainer.main_ppo", *overrides], check=False, env=env,
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0
+    reason = f"ValueError: {ESTIMATOR}=credo_s_trace: credo method 's_trace' has no verl adapter"
+    assert reason in out.stderr, out.stderr[-2000:]
+    assert "real_train_batch_size" not in out.stderr + out.stdout and "ray init" not in out.stdout

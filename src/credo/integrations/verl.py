@@ -17,6 +17,13 @@ in the environment of every node (verl imports the named modules whenever it is 
 `register(conventions="verl")` (in such a module) adds `credo_grpo_verl`, ... with verl's own conventions
 (`CONVENTIONS`), which reproduce verl's `grpo` estimator and `vanilla` loss.
 
+verl looks an estimator or loss up only when it first computes advantages or a loss, after the first rollout,
+so credo checks a run's choices when verl checks its config (`validate_config`, which credo's plugin hooks into
+verl's own check, `hook_validate_config`): a refused or unknown `credo_*` name, a `loss_agg_mode` other than the
+credo loss's, a reset or revision estimator without its agent loop (or the reverse) are one-line errors naming
+the key and value, before Ray starts. A refused name is also registered as a function raising credo's reason
+(`register_refusal`), for launchers that skip verl's check.
+
 What verl passes, and so what the adapters can use (verl 0.9.1):
 - estimator: `token_level_rewards` (B, T) (the row reward is their sum), `response_mask` (B, T), `index`
   (B,) (the prompt uid of each row: credo's `group_id`), `config` (verl's AlgoConfig). No responses (token
@@ -40,6 +47,7 @@ rows train on the suffix only, as in credo. `refusal` says, from a method's part
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -59,6 +67,12 @@ VERL_VERSION = "0.9.1"
 ESTIMATOR_FIELDS = frozenset()
 """The optional batch fields verl's advantage-estimator signature carries for i.i.d. group methods: none
 (`token_level_rewards`, `response_mask`, `index`); the estimator's results reach the loss as `advantages`."""
+
+ESTIMATOR_KEY = "algorithm.adv_estimator"
+LOSS_KEY = "actor_rollout_ref.actor.policy_loss.loss_mode"
+AGG_KEY = "actor_rollout_ref.actor.loss_agg_mode"
+AGENT_LOOP_KEY = "actor_rollout_ref.rollout.agent.default_agent_loop"
+"""The keys of verl's config that select credo's estimator, loss, aggregation and agent loop."""
 
 AGENT_LOOP_FIELDS = frozenset({"correct"})
 """Besides the sampler's own records, what credo's agent loops give their estimator: the verdicts (verl's
@@ -121,14 +135,18 @@ def _core_algos():
 
 def register(*, conventions: str = "credo", agent_loops: bool = True) -> list[str]:
     """Register every method of `verl_names()` with verl (and, with `agent_loops`, the agent loops of the
-    reset and revision methods); idempotent. Returns the registered names: those of `verl_names()`, with
-    `conventions="verl"` each followed by `_verl` (`credo_grpo_verl`, ...), so that both sets can live side
-    by side (credo's plugin registers the plain names in every verl process)."""
+    reset and revision methods), and every other credo method as a refusal (`register_refusal`); idempotent.
+    Returns the registered names: those of `verl_names()`, with `conventions="verl"` each followed by `_verl`
+    (`credo_grpo_verl`, ...), so that both sets can live side by side (credo's plugin registers the plain
+    names in every verl process)."""
     suffix = "" if conventions == "credo" else f"_{conventions}"
     supported = verl_names()
     names = [verl_name + suffix for verl_name in supported]
     for name, method in zip(names, supported.values()):
         register_method(name, method, conventions=conventions, agent_loop=agent_loops)
+    for name in METHODS:
+        if f"credo_{name}" not in supported:
+            register_refusal(f"credo_{name}{suffix}", METHODS.get(name))
     return names
 
 
@@ -160,7 +178,7 @@ def register_method(
     check_supported(chosen)
     core = _core_algos()
     existing = core.ADV_ESTIMATOR_REGISTRY.get(verl_name)
-    if existing is not None and getattr(existing, "credo_method", None) is None:
+    if existing is not None and not hasattr(existing, "credo_method") and not hasattr(existing, "credo_refusal"):
         raise ValueError(f"verl already has an advantage estimator {verl_name!r} that is not credo's")
     core.ADV_ESTIMATOR_REGISTRY[verl_name] = advantage_fn(chosen, verl_single_rows=conventions == "verl")
     core.POLICY_LOSS_REGISTRY[verl_name] = policy_loss_fn(chosen)
@@ -181,11 +199,36 @@ def method_switches(method: str, *, conventions: str = "credo", estimator: Mappi
 
 def check_supported(method: Method) -> None:
     """`ValueError` unless verl's estimator and loss signatures can carry `method` (see `refusal`)."""
-    why = refusal(method)
+    why = refusal_message(method)
     if why is not None:
-        hint = ("; use verl's own actor.use_kl_loss / kl_loss_coef for a KL penalty" if "ref_logp" in method.needs
-                else "")
-        raise ValueError(f"credo method {method.name!r} has no verl adapter: {why}{hint}")
+        raise ValueError(why)
+
+
+def refusal_message(method: Method) -> str | None:
+    """Why credo has no verl adapter for `method`, with the way out where verl has one; None if it has."""
+    why = refusal(method)
+    if why is None:
+        return None
+    hint = "; use verl's own actor.use_kl_loss / kl_loss_coef for a KL penalty" if "ref_logp" in method.needs else ""
+    return f"credo method {method.name!r} has no verl adapter: {why}{hint}"
+
+
+def register_refusal(verl_name: str, method: Method) -> None:
+    """Put, under `verl_name` in verl's estimator and loss registries, a function that raises why verl cannot
+    carry `method` (unless verl has something of that name). `validate_config` reads it from the registry,
+    and a launcher that skips verl's config check still stops with credo's reason at verl's first lookup,
+    not with verl's "unknown estimator"."""
+    core = _core_algos()
+    for registry, key in ((core.ADV_ESTIMATOR_REGISTRY, ESTIMATOR_KEY), (core.POLICY_LOSS_REGISTRY, LOSS_KEY)):
+        registry.setdefault(verl_name, _refused(f"{key}={verl_name}: {refusal_message(method)}"))
+
+
+def _refused(message: str) -> Callable[..., Any]:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise ValueError(message)
+
+    refuse.credo_refusal = message
+    return refuse
 
 
 def register_agent_loop(
@@ -278,7 +321,7 @@ def loss_batch(old_log_prob: Tensor, advantages: Tensor, response_mask: Tensor,
 # The functions registered with verl
 def advantage_fn(method: Method, *, verl_single_rows: bool = False) -> Callable[..., tuple[Tensor, Tensor]]:
     """verl's advantage-estimator signature over credo's `method`; returns `(advantages, returns)` in the dtype
-    of `token_level_rewards`.
+    of `token_level_rewards`. The function carries `credo_method` (the name) and `method` (with its switches).
 
     Group methods: credo's estimator over the uid groups (with `verl_single_rows`, a group of one row gets
     verl's advantage, `single_row_advantages`). `algorithm.norm_adv_by_std_in_grpo=False` turns the
@@ -307,7 +350,7 @@ def advantage_fn(method: Method, *, verl_single_rows: bool = False) -> Callable[
         advantages = advantages.to(token_level_rewards.dtype)
         return advantages, advantages
 
-    compute.credo_method = method.name
+    compute.credo_method, compute.method = method.name, method
     compute.__name__ = compute.__qualname__ = f"credo_{method.name}_advantage"
     return compute
 
@@ -349,10 +392,10 @@ def _verl_name(method: str) -> str:
 
 
 def policy_loss_fn(method: Method) -> Callable[..., tuple[Tensor, dict[str, float]]]:
-    """verl's policy-loss signature over credo's loss of `method`; returns `(loss, metrics)`.
+    """verl's policy-loss signature over credo's loss of `method`; returns `(loss, metrics)`. The function
+    carries `credo_method` (the name) and `method` (with its switches).
 
-    The aggregation must be the method's: `loss_agg_mode` is checked against it (verl applies the same mode
-    to its entropy and KL terms, so one of them silently differing would be a second source of truth).
+    The aggregation must be the method's (`check_agg`).
     Normalisers come from verl's `config.global_batch_info` (tokens or rows of the whole mini-batch over all
     data-parallel ranks, divided by `dp_size`, exactly as verl's `agg_loss`), so micro-batches and ranks add
     up to the mini-batch loss; `loss_scale_factor`, when set, is the Dr. GRPO divisor. Without them (a plain
@@ -363,13 +406,7 @@ def policy_loss_fn(method: Method) -> Callable[..., tuple[Tensor, dict[str, floa
     def compute(old_log_prob: Tensor, log_prob: Tensor, advantages: Tensor, response_mask: Tensor,
                 loss_agg_mode: str = "token-mean", config: Any = None,
                 rollout_is_weights: Tensor | None = None) -> tuple[Tensor, dict[str, float]]:
-        if AGG_MODES.get(loss_agg_mode) != base.agg:
-            wanted = next(mode for mode, agg in AGG_MODES.items() if agg == base.agg)
-            raise ValueError(
-                f"credo method {method.name!r} aggregates its loss as {base.agg}, but verl's loss_agg_mode is "
-                f"{loss_agg_mode!r}: set actor_rollout_ref.actor.loss_agg_mode={wanted} (or register a variant "
-                f"with credo.integrations.verl.register_method(..., loss={{'agg': ...}}))"
-            )
+        check_agg(method, loss_agg_mode)
         info = dict(getattr(config, "global_batch_info", None) or {}) if config is not None else {}
         loss = base
         if info.get("loss_scale_factor") is not None:
@@ -378,9 +415,20 @@ def policy_loss_fn(method: Method) -> Callable[..., tuple[Tensor, dict[str, floa
         out = loss(log_prob, batch, **verl_normalisers(loss.agg, info))
         return out.loss, {f"credo/{name}": value for name, value in out.metrics.items()}
 
-    compute.credo_method = method.name
+    compute.credo_method, compute.method = method.name, method
     compute.__name__ = compute.__qualname__ = f"credo_{method.name}_policy_loss"
     return compute
+
+
+def check_agg(method: Method, loss_agg_mode: str) -> None:
+    """`ValueError` unless verl's `loss_agg_mode` is the aggregation of `method`'s loss (verl applies the same
+    mode to its entropy and KL terms, so one of them silently differing would be a second source of truth)."""
+    if AGG_MODES.get(loss_agg_mode) != method.loss.agg:
+        wanted = next(mode for mode, agg in AGG_MODES.items() if agg == method.loss.agg)
+        raise ValueError(
+            f"{AGG_KEY}={loss_agg_mode}: credo method {method.name!r} aggregates its loss as {method.loss.agg}; set "
+            f"{AGG_KEY}={wanted} (or register a variant with credo.integrations.verl.register_method(..., "
+            f"loss={{'agg': ...}}))")
 
 
 def verl_normalisers(agg: str, info: Mapping[str, Any]) -> dict[str, float]:
@@ -399,3 +447,116 @@ def _number(value: Any) -> float | None:
     if value is None:
         return None
     return float(value.item() if isinstance(value, Tensor) else value)
+
+
+# --------------------------------------------------------------------------------------------------
+# verl's config, checked before a run
+def validate_config(config: Any) -> None:
+    """`ValueError` (one line, naming the key and its value) if verl's composed `config` (a DictConfig) selects
+    credo's estimators, losses or agent loops in a way credo cannot run: a refused or unregistered `credo_*`
+    estimator or loss, a `loss_agg_mode` other than the credo loss's, or a reset or revision method's
+    agent loop and estimator apart (`check_agent_loop`). Names are looked up in verl's registries, as verl
+    looks them up, so `register` (credo's plugin) must have run; choices that are not credo's are not checked.
+    verl's own config check runs it once credo's plugin is loaded (`hook_validate_config`)."""
+    core = _core_algos()
+    estimator = _registered_method(config, ESTIMATOR_KEY, core.ADV_ESTIMATOR_REGISTRY)
+    loss = _registered_method(config, LOSS_KEY, core.POLICY_LOSS_REGISTRY)
+    if loss is not None:
+        check_agg(loss, _select(config, AGG_KEY))
+    check_agent_loop(config, estimator)
+
+
+def _select(config: Any, key: str) -> Any:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.select(config, key)
+
+
+def _registered_method(config: Any, key: str, registry: Mapping[str, Any]) -> Method | None:
+    """The credo method that verl's `registry` holds under `config`'s value at `key`: None for a name that is
+    not credo's, a `ValueError` for a refused name (`register_refusal`) or an unregistered `credo_*` one."""
+    name = _select(config, key)
+    function = registry.get(name)
+    if function is None and str(name).startswith("credo_"):
+        raise ValueError(f"{key}={name}: no credo method is registered with verl under this name; credo registers "
+                         f"{', '.join(verl_names())} (credo.integrations.verl.register_method adds variants)")
+    if hasattr(function, "credo_refusal"):
+        raise ValueError(function.credo_refusal)
+    return getattr(function, "method", None)
+
+
+def check_agent_loop(config: Any, estimator: Method | None) -> None:
+    """`ValueError` unless a reset or revision estimator (`estimator`: the credo method verl's config selects,
+    or None) runs with credo's agent loop of the same method, and that agent loop with it: the loop scores
+    each row with its advantage, which only that estimator reads as one (verl's would normalise it again).
+    Such a run also needs rewards without verl's in-reward KL penalty, verl's v1 trainer (which keeps a
+    prompt's sessions in one worker) and `rollout.n` sessions that make one group (`check_group_size`)."""
+    loop_name, estimator_name = _select(config, AGENT_LOOP_KEY), _select(config, ESTIMATOR_KEY)
+    loop = _credo_agent_loop(config, loop_name)
+    precredited = estimator is not None and estimator.sampler.name in AGENT_LOOPS
+    if loop is None and not precredited:
+        return
+    if precredited and (loop is None or loop["method"] != estimator.name):
+        raise ValueError(f"{AGENT_LOOP_KEY}={loop_name}: credo estimator {estimator_name!r} reads each row's advantage "
+                         f"from credo's {estimator.name} agent loop; set {AGENT_LOOP_KEY}={estimator_name}")
+    if not precredited:
+        raise ValueError(f"{ESTIMATOR_KEY}={estimator_name}: credo's agent loop {loop_name!r} scores each row with its "
+                         f"{loop['method']} advantage, which only credo's estimator reads as one; set "
+                         f"{ESTIMATOR_KEY}={_verl_name(loop['method'])}")
+    if _select(config, "algorithm.use_kl_in_reward"):
+        raise ValueError(f"algorithm.use_kl_in_reward=True: credo estimator {estimator_name!r} reads the agent loop's "
+                         "scores as advantages, which an in-reward KL penalty would change; set it to False "
+                         "(actor_rollout_ref.actor.use_kl_loss adds a KL loss instead)")
+    if not _select(config, "trainer.use_v1"):
+        raise ValueError(f"trainer.use_v1=False: credo's agent loop {loop_name!r} needs a prompt's sessions in one "
+                         "worker, which verl's v1 trainer keeps; set trainer.use_v1=True")
+    from credo.integrations.verl_agent import check_group_size
+
+    split = _reset_split(loop) if estimator.sampler.name == "resets" else None
+    check_group_size(estimator.sampler.name, int(_select(config, "actor_rollout_ref.rollout.n")), split)
+
+
+def _credo_agent_loop(config: Any, name: str) -> dict[str, Any] | None:
+    """The entry verl's workers will build for agent loop `name` if it is one of credo's, else None: the entry
+    of `agent_loop_config_path` (which replaces the registry's of the same name), else verl's registry's."""
+    from omegaconf import OmegaConf
+    from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+    from verl.utils.import_utils import resolve_config_path
+
+    path = _select(config, "actor_rollout_ref.rollout.agent.agent_loop_config_path")
+    entries = {entry.name: entry for entry in OmegaConf.load(resolve_config_path(path))} if path else {}
+    entry = entries.get(name, _agent_loop_registry.get(name))
+    entry = OmegaConf.to_container(entry, resolve=True) if OmegaConf.is_config(entry) else entry
+    ours = {f"credo.integrations.verl_agent.{cls}" for cls in AGENT_LOOPS.values()}
+    return entry if entry is not None and entry.get("_target_") in ours else None
+
+
+def _reset_split(entry: Mapping[str, Any]) -> str:
+    """The split of a reset agent loop entry (its `resets` option, validated as credo's `ResetConfig`)."""
+    from credo.rollout.samplers.resets import ResetConfig
+
+    return ResetConfig(**(entry.get("resets") or {})).split
+
+
+def hook_validate_config() -> None:
+    """Make verl's config check run credo's first: `verl.utils.config.validate_config`, which verl's `main_ppo`
+    (and `main_ppo_v0`, `one_step_off_policy.main_ppo`) calls on the composed config before Ray starts, is
+    replaced by a wrapper that calls `validate_config(config)`, then verl's own. Idempotent.
+
+    credo's one patch of verl, because verl 0.9.1 gives an extension no earlier view of the config: it looks
+    estimators and losses up only when it computes them, after the first rollout. credo's plugin applies it
+    on `import verl`, before `main_ppo` imports the function by name (`from verl.utils.config import
+    validate_config`); `tests/integrations/test_verl.py` runs verl's `main_ppo` to keep it working."""
+    from verl.utils import config as verl_config
+
+    checked = verl_config.validate_config
+    if hasattr(checked, "credo_checks"):
+        return
+
+    @functools.wraps(checked)
+    def validate(config: Any, *args: Any, **kwargs: Any) -> Any:
+        validate_config(config)
+        return checked(config, *args, **kwargs)
+
+    validate.credo_checks = True
+    verl_config.validate_config = validate

@@ -231,6 +231,22 @@ def credited_rows(rollout: Rollout, method: Method) -> list[CreditedRow]:
 
 # --------------------------------------------------------------------------------------------------
 # The agent loops
+GROUP_SIZE_KEY = "actor_rollout_ref.rollout.n"
+"""verl's sessions per prompt: the rows of one credo group."""
+
+
+def check_group_size(sampler: str, n: int, split: str | None = None) -> None:
+    """`ValueError` unless `n` sessions per prompt make one group of credo's `sampler`: a reset `split` trains
+    a fixed number of rows per prompt, a revision needs a sibling. The agent loops check it when verl builds
+    them, credo's config check (`credo.integrations.verl.validate_config`) before verl starts."""
+    if sampler == "resets" and n != SPLITS[split].rows:
+        raise ValueError(f"{GROUP_SIZE_KEY}={n}: reset split {split} trains {SPLITS[split].rows} rows per prompt; "
+                         f"set {GROUP_SIZE_KEY}={SPLITS[split].rows}")
+    if sampler == "revisions" and n < 2:
+        raise ValueError(f"{GROUP_SIZE_KEY}={n}: IBPO revises a failure against its siblings; "
+                         f"set {GROUP_SIZE_KEY} >= 2")
+
+
 def _plain(value: Any) -> Any:
     """Plain dicts and lists for options that verl's hydra instantiation hands over as OmegaConf containers."""
     if type(value).__module__.startswith("omegaconf"):
@@ -362,10 +378,7 @@ class ResetAgentLoop(CredoAgentLoop):
         except ValueError as error:
             raise ValueError(f"{error}; verl's reward functions have none") from None
         self.method = self.method.for_run(options)  # the `nomask` split, as credo's trainer sets it
-        split = SPLITS[self.resets.split]
-        if self.group_size != split.rows:
-            raise ValueError(f"split {self.resets.split} trains {split.rows} rows per prompt: "
-                             f"set actor_rollout_ref.rollout.n={split.rows} (it is {self.group_size})")
+        check_group_size(self.sampler, self.group_size, self.resets.split)
 
     def sampler_config(self) -> dict[str, Any]:
         return {"resets": self.resets}
@@ -385,8 +398,7 @@ class RevisionAgentLoop(CredoAgentLoop):
 
     def configure(self, options: dict[str, Any]) -> None:
         self.revisions = RevisionConfig(**(options["revisions"] or {}))
-        if self.group_size < 2:
-            raise ValueError("IBPO revises a failure against its siblings: set actor_rollout_ref.rollout.n >= 2")
+        check_group_size(self.sampler, self.group_size)
         if options["edit_mask"] not in ("off", "trained"):
             raise ValueError(f"edit_mask must be 'off' or 'trained', got {options['edit_mask']!r}")
         trained = options["edit_mask"] == "trained"

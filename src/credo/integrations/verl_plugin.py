@@ -1,4 +1,5 @@
-"""Importing this module registers credo's methods and agent loops with verl (`credo.integrations.verl.register`).
+"""Importing this module registers credo's methods and agent loops with verl (`credo.integrations.verl.register`)
+and makes verl's config check run credo's (`credo.integrations.verl.hook_validate_config`).
 
 credo declares it as a `verl.plugins` entry point (pyproject.toml), which verl loads in every process that
 imports verl (its trainer and its Ray workers), so `credo_*` names resolve wherever verl looks them up once
@@ -11,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 
 if importlib.util.find_spec("verl") is not None:
-    from credo.integrations.verl import register
+    from credo.integrations.verl import hook_validate_config, register
 
     register()
+    hook_validate_config()
