@@ -111,8 +111,9 @@ class RewardFunction(BaseModel):
     function: str | None = Field(None, exclude_if=lambda value: value is None)
     """"package.module:function" (importable from the working directory) or "path/to/file.py:function"."""
     model: str | None = Field(None, exclude_if=lambda value: value is None)
-    """Instead of `function`: a sequence-classification reward model's directory, scored as TRL scores one
-    (`credo.tasks.reward_model`)."""
+    """Instead of `function`: a sequence-classification reward model's directory.
+
+    Scored as TRL's GRPOTrainer scores one (`credo.tasks.reward_model`)."""
     weight: float = Field(1.0, allow_inf_nan=False)
     """Its weight in the reward, a weighted sum (TRL's `reward_weights`); negative weights are penalties."""
     style: Literal["trl", "verl"] = "trl"
