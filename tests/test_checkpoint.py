@@ -272,7 +272,7 @@ def test_a_run_killed_before_its_first_checkpoint_restarts_with_resume(tmp_path,
     (killed / "checkpoints" / ".step_000003.x7q").mkdir(parents=True)  # as if killed while writing a checkpoint
     with pytest.raises(FileExistsError, match="already holds a run"):
         train(load_config(killed / "config.yaml"), killed, show_progress=False)
-    with caplog.at_level(logging.WARNING, logger="credo.train"):
+    with caplog.at_level(logging.WARNING, logger="credo.trainer"):
         summary = train(load_config(killed / "config.yaml"), killed, resume=True, show_progress=False)
     assert [r.getMessage() for r in caplog.records] == [
         f"{killed} has no checkpoint (it stopped before its first): starting it again from step 0"]

@@ -22,7 +22,8 @@ LAYERS: list[set[str]] = [
     {"config"},  # the run configuration
     {"testbed", "policy", "evaluate", "checkpoint", "plots", "progress", "demo"},
     {"models", "testbed_facts"},  # model sources (the testbed among them) and the generation backend; regime facts
-    {"train"},  # the trainer
+    {"trainer"},  # a run's set-up and bookkeeping: the Trainer, device, start or resume, reference fingerprint
+    {"train"},  # the training loop and its step
     {"study", "integrations", "gradient_variance"},  # studies; TRL and verl adapters; measurements over runs
     {"cli", "__init__"},  # the command line; the package's public names
     {"__main__"},  # `python -m credo`

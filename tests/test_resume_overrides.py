@@ -10,7 +10,7 @@ import yaml
 from tiny import TINY
 from typer.testing import CliRunner
 
-import credo.train as trainer_module
+import credo.trainer as trainer_module
 from credo.cli import app
 from credo.config import ConfigError, load_config
 from credo.train import train

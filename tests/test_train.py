@@ -261,7 +261,7 @@ def test_on_policy_update_gives_the_update_of_a_separate_behaviour_pass(tmp_path
 ])
 def test_which_runs_skip_the_behaviour_pass(tmp_path, method, extra, on_policy):
     from credo.checkpoint import RunDirectory
-    from credo.train import build_trainer
+    from credo.trainer import build_trainer
 
     config = load_config(None, TINY + [f"method={method}"] + extra)
     assert build_trainer(config, RunDirectory(tmp_path)).on_policy is on_policy
@@ -339,7 +339,8 @@ def test_lora_trains_only_the_adapters(tmp_path, monkeypatch):
     from credo.rollout.groups import ProblemStream
     from credo.tasks import Verdict
     from credo.tasks.arith import ArithTask
-    from credo.train import behaviour_batch, build_trainer, sample_rollout, update
+    from credo.train import behaviour_batch, sample_rollout, update
+    from credo.trainer import build_trainer
 
     # The tiny model never answers right; reward odd-length responses so that the groups carry signal.
     monkeypatch.setattr(ArithTask, "verify", lambda self, p, r: Verdict(float(len(r) % 2), bool(len(r) % 2)))
@@ -446,7 +447,7 @@ def test_smollm2_trains_a_few_grpo_steps_on_a_reasoning_gym_task(tmp_path):
     (True, "cpu", True, None),      # no effect off CUDA
 ])
 def test_tf32_follows_its_setting_on_cuda_and_autocast_where_unset(setting, device, autocast, expected):
-    from credo.train import uses_tf32
+    from credo.trainer import uses_tf32
 
     assert uses_tf32(setting, torch.device(device), autocast) is expected
 

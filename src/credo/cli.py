@@ -243,7 +243,7 @@ def evaluate(
     from credo.evaluate import eval_subset, evaluate_policy
     from credo.models import load_model, make_backend
     from credo.tasks import build_task
-    from credo.train import pick_device
+    from credo.trainer import pick_device
 
     model_dir = target / "model" if is_run else target
     model_config = ModelConfig(path=str(model_dir))
@@ -356,7 +356,7 @@ def testbed_facts(
     from credo.models import load_model, make_backend
     from credo.tasks import build_task
     from credo.testbed_facts import regime_facts
-    from credo.train import pick_device
+    from credo.trainer import pick_device
 
     _quiet_transformers()
     config, bare = bare_overrides(config, settings)

@@ -39,7 +39,8 @@ from torch import Tensor
 from credo.checkpoint import RunDirectory, TrainState
 from credo.config import RunConfig
 from credo.rollout.groups import ProblemStream
-from credo.train import Trainer, accumulate_gradient, behaviour_batch, build_trainer, optimiser_step, sample_rollout
+from credo.train import accumulate_gradient, behaviour_batch, optimiser_step, sample_rollout
+from credo.trainer import Trainer, build_trainer
 
 
 def gradient_draws(config: RunConfig, draws: int, after_steps: int = 0) -> tuple[Tensor, dict[str, float]]:

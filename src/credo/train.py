@@ -1,75 +1,50 @@
 """The trainer: sample groups -> verify -> credit -> update, one rollout batch per step.
 
-`train(config, run_dir)` reads top to bottom: each step samples `prompts_per_step` groups, verifies them,
-scores the behaviour policy's log-probs and token statistics once (and a frozen reference policy's log-probs, for a
-loss with a KL penalty), runs the method's credit estimator once, then takes `minibatches * epochs` optimiser
-steps with the method's loss. Metrics (to metrics.jsonl and the trackers of `train.report_to`), samples,
-evaluations (every `train.eval_every` steps, and at the rollout-token checkpoints of `train.eval_every_tokens`)
-and checkpoints follow. `train(..., resume=True)` continues a killed run from its last
-checkpoint exactly.
+`train(config, run_dir)` reads top to bottom: each step samples `prompts_per_step` groups, verified as they are
+drawn (`sample_rollout`: the samplers verify each response before deciding what to draw next), scores the
+behaviour policy's log-probs and token statistics once (and a frozen reference policy's log-probs, for a loss
+with a KL penalty; `behaviour_batch`), runs the method's credit estimator once, then takes
+`minibatches * epochs` optimiser steps with the method's loss (`update`). Metrics (to metrics.jsonl and the
+trackers of `train.report_to`), samples, evaluations (every `train.eval_every` steps, and at the rollout-token
+checkpoints of `train.eval_every_tokens`) and checkpoints follow. The run's set-up and bookkeeping (the
+`Trainer`, the device, a fresh start or a resume from the last checkpoint, the reference policy's fingerprint)
+are `credo.trainer`'s; `train(..., resume=True)` continues a killed run from its last checkpoint exactly.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import random
 import statistics
 import time
-from dataclasses import dataclass
 
 import torch
 
 from credo.batch import RolloutBatch
-from credo.checkpoint import RunDirectory, TrainState, holding_run_lock, load_latest_checkpoint, save_checkpoint
-from credo.config import ConfigError, RunConfig, check_resume, dump
+from credo.checkpoint import RunDirectory, TrainState, holding_run_lock, save_checkpoint
+from credo.config import RunConfig, check_resume
 from credo.credit.groups import failed_rows
 from credo.diagnostics import blame_precision
 from credo.evaluate import eval_subset, evaluate_policy
-from credo.io import atomic_directory, write_json_atomic, write_text_atomic
-from credo.methods import Method, get_method
-from credo.microbatch import micro_batches
-from credo.models import export_model, load_model, make_backend
-from credo.policy import ReferencePolicy, policy_logprobs
+from credo.io import atomic_directory, write_json_atomic
+from credo.models import export_model
+from credo.policy import policy_logprobs
 from credo.progress import TrainProgress
-from credo.rollout.crn import EVAL, TRAIN, CommonRandomNumbers
+from credo.rollout.crn import EVAL, TRAIN
 from credo.rollout.groups import ProblemStream, Rollout
 from credo.rollout.thoughts import blame_start, token_pieces
-from credo.schedules import lr_multiplier
-from credo.tasks import Task, Verdict, build_task
-from credo.tasks.rewards import RewardState
+from credo.tasks import Verdict
 from credo.trackers import Trackers
+from credo.trainer import (
+    Trainer,
+    build_trainer,
+    check_reference,
+    record_resumed_config,
+    reward_state,
+    start_or_resume,
+)
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Trainer:
-    """Everything a step needs, built once from the config."""
-
-    config: RunConfig
-    run: RunDirectory
-    method: Method
-    task: Task
-    model: torch.nn.Module
-    tokenizer: object
-    optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LambdaLR
-    device: torch.device
-    autocast: bool
-    backend: object
-    """The generation backend (`credo.models.make_backend`)."""
-    on_policy: bool
-    """One optimiser step per rollout batch and a method that reads no behaviour statistics before its update
-    (`Method.behaviour_statistics`): the policy being updated is the one that sampled, so the update's own forward
-    pass gives the behaviour log-probs (`old_logp = logp.detach()`, TRL's on-policy convention) and entropies, and
-    `behaviour_batch` skips its pass."""
-    sampling_keys: CommonRandomNumbers | None = None
-    """The backend's keyed sampling (`rollout.common_random_numbers`), scoped to each step's rollout and
-    evaluation, else None (torch's global RNG)."""
-    reference: ReferencePolicy | None = None
-    """The frozen starting policy whose log-probs fill `ref_logp` (a method whose loss has `kl_beta > 0`), else None."""
 
 
 @holding_run_lock
@@ -171,134 +146,18 @@ def token_checkpoint_reached(config: RunConfig, before: int | None, after: int) 
     return after // every * every
 
 
-# ------------------------------------------------------------------------------------------- set-up
-def build_trainer(config: RunConfig, run: RunDirectory) -> Trainer:
-    device = pick_device(config.train.device)
-    torch.manual_seed(config.train.seed)
-    random.seed(config.train.seed)  # the random localiser's stream (checkpointed with torch's)
-    method = get_method(config.method, estimator=config.credit, loss=config.loss).for_run(config.rollout)
-    task = build_task(config.task)
-    model, tokenizer = load_model(config.model, device)
-    check_reward_shapes(task, config, tokenizer)
-    # before any update or checkpoint touches the weights: the reference is the starting policy
-    reference = ReferencePolicy(model, lora=config.model.lora is not None) if "ref_logp" in method.needs else None
-    model.train()
-    params = [p for p in model.parameters() if p.requires_grad]
-    optim = config.optim
-    optimizer = torch.optim.AdamW(params, lr=optim.lr, betas=optim.betas, weight_decay=optim.weight_decay)
-    updates = config.train.steps * optim.minibatches * optim.epochs
-
-    def multiplier(update: int) -> float:
-        return lr_multiplier(optim.schedule, update, updates, optim.warmup_steps)
-
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, multiplier)
-    autocast = uses_autocast(config.model.autocast_bf16, device)
-    tf32 = uses_tf32(config.model.tf32, device, autocast)
-    if tf32 is not None:
-        torch.backends.cuda.matmul.allow_tf32 = tf32
-    keys = CommonRandomNumbers(config.train.seed) if config.rollout.common_random_numbers else None
-    backend = make_backend(config.rollout, model, tokenizer, config.model, seed=config.train.seed,
-                           common_random_numbers=keys)
-    on_policy = optim.minibatches * optim.epochs == 1 and not method.behaviour_statistics
-    return Trainer(config, run, method, task, model, tokenizer, optimizer, scheduler, device, autocast, backend,
-                   on_policy, keys, reference)
-
-
-def uses_autocast(setting: bool | None, device: torch.device) -> bool:
-    """Whether forward passes run under bf16 autocast (`model.autocast_bf16`): the setting, where unset on CUDA
-    with bf16 support."""
-    return setting if setting is not None else device.type == "cuda" and torch.cuda.is_bf16_supported()
-
-
-def uses_tf32(setting: bool | None, device: torch.device, autocast: bool) -> bool | None:
-    """Whether float32 matrix products run on TF32 tensor cores (`model.tf32`): the setting on CUDA, where unset
-    on where bf16 autocast is; None: leave torch's setting (off CUDA, or unset without autocast)."""
-    if device.type != "cuda":
-        return None
-    return setting if setting is not None else (True if autocast else None)
-
-
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("train.device = 'cuda' but no CUDA device is available; use 'auto' or 'cpu'")
-    return torch.device(name)
-
-
-def start_or_resume(trainer: Trainer, resume: bool) -> TrainState:
-    """The state to train from: the last readable checkpoint's when resuming (logs truncated to it), else step 0.
-
-    Resuming a run that stopped before its first checkpoint starts it again from step 0, its partial logs
-    cleared; a fresh start refuses a directory that already holds a run.
-    """
-    run = trainer.run
-    run.remove_stale_temporaries()
-    if resume:
-        rollout = trainer.config.rollout  # a step takes prompts_per_step problems, and as many for each refill
-        state = load_latest_checkpoint(run, trainer.model, trainer.optimizer, trainer.scheduler,
-                                       problems_per_step=rollout.prompts_per_step * (1 + rollout.max_refills))
-        if state is not None:
-            trainer.backend.sync_weights()
-            run.truncate(state.step)
-            return state
-        log.warning("%s has no checkpoint (it stopped before its first): starting it again from step 0", run.root)
-        run.clear_logs()
-    elif run.metrics_file.exists() or run.latest_checkpoint() is not None:
-        raise FileExistsError(f"{run.root} already holds a run; use --resume to continue it or pick a new --output")
-    run.root.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(run.root / "config.yaml", dump(trainer.config))
-    return TrainState()
-
-
-REFERENCE_FILE = "reference.json"
-"""The run directory's fingerprint of its reference policy's weights (`check_reference`)."""
-
-
-def check_reference(trainer: Trainer, state: TrainState) -> None:
-    """Record the reference policy's fingerprint at step 0; on a resumed run, check that `model.path` still gives it.
-
-    The reference is not stored: it is the starting model, rebuilt from `model.path` when a run resumes (the
-    checkpoint overwrites only the policy's trainable weights). If `model.path` now holds other weights, the
-    KL penalty would measure against another model: a ValueError naming it, rather than a silent change.
-    """
-    path = trainer.run.root / REFERENCE_FILE
-    found = trainer.reference.fingerprint()
-    if state.step == 0 or not path.exists():
-        write_json_atomic(path, found)
-        return
-    recorded = json.loads(path.read_text())
-    same = recorded.get("tensors") == found["tensors"] and all(
-        math.isclose(recorded.get(key, math.nan), found[key], rel_tol=1e-6, abs_tol=1e-6) for key in ("sum", "abs_sum"))
-    if not same:
-        raise ValueError(
-            f"model.path = {trainer.config.model.path!r} no longer holds the weights this run started from "
-            f"({path.name}: {recorded}; now {found}): the KL penalty's reference is the starting model, rebuilt "
-            "from model.path on --resume; restore those weights or start a new run"
-        )
-
-
-def record_resumed_config(trainer: Trainer, state: TrainState) -> None:
-    """Record a resumed run's config (with the changes `check_resume` allowed) in config.yaml, atomically."""
-    if trainer.config.train.steps < state.step:
-        raise ConfigError(f"--resume: train.steps = {trainer.config.train.steps} is below the {state.step} steps "
-                          f"{trainer.run.root} has already trained")
-    recorded = trainer.run.root / "config.yaml"
-    text = dump(trainer.config)
-    if not recorded.exists() or recorded.read_text() != text:
-        write_text_atomic(recorded, text)
-
-
-def check_reward_shapes(task: Task, config: RunConfig, tokenizer) -> None:
-    """The custom reward functions of `task.reward` called once on the first training row, before any sampling
-    (`CustomReward.check_shapes`): one that cannot score the dataset's rows stops the run here."""
-    custom = getattr(task, "custom_reward", None)
-    if custom is None:
-        return
-    custom.state = reward_state(config, 0)
-    problem = next(iter(task.train_problems(config.train.seed)))
-    ids = tokenizer(problem.answer, add_special_tokens=False)["input_ids"]
-    custom.check_shapes(task, problem, ids, config.rollout.reward_errors)
+# ------------------------------------------------------------------------------------------- the step
+def sample_rollout(trainer: Trainer, stream: ProblemStream, step: int = 0) -> Rollout:
+    """One verified rollout batch from the method's sampler (`credo.rollout.samplers`), keyed by the step under
+    common random numbers. The sampler verifies each response as it draws it (`Rollout.verdicts`, `rewards`):
+    what most samplers draw next depends on the verdicts so far (DAPO's refills, resets, revisions, value
+    estimates), and verl's agent loops run the same samplers without this trainer."""
+    if trainer.sampling_keys is not None:
+        trainer.sampling_keys.begin(TRAIN, step)
+    custom = follow_rewards(trainer, step)
+    if custom is not None:  # what evaluation logged is not kept
+        custom.drain()
+    return trainer.method.sampler.sample(trainer.backend, trainer.task, stream, trainer.config.rollout)
 
 
 def follow_rewards(trainer: Trainer, step: int):
@@ -307,25 +166,6 @@ def follow_rewards(trainer: Trainer, step: int):
     if custom is not None:
         custom.state = reward_state(trainer.config, step)
     return custom
-
-
-def reward_state(config: RunConfig, step: int) -> RewardState:
-    """TRL's `trainer_state` for the reward functions before step `step`'s sampling: as TRL counts them, in
-    optimiser steps (`optim.minibatches x optim.epochs` per training step), those done and the run's."""
-    updates = config.optim.minibatches * config.optim.epochs
-    return RewardState(global_step=step * updates, max_steps=config.train.steps * updates)
-
-
-# ------------------------------------------------------------------------------------------- the step
-def sample_rollout(trainer: Trainer, stream: ProblemStream, step: int = 0) -> Rollout:
-    """One rollout batch from the method's sampler (`credo.rollout.samplers`), keyed by the step under common
-    random numbers."""
-    if trainer.sampling_keys is not None:
-        trainer.sampling_keys.begin(TRAIN, step)
-    custom = follow_rewards(trainer, step)
-    if custom is not None:  # what evaluation logged is not kept
-        custom.drain()
-    return trainer.method.sampler.sample(trainer.backend, trainer.task, stream, trainer.config.rollout)
 
 
 def behaviour_batch(trainer: Trainer, rollout: Rollout) -> tuple[RolloutBatch, bool]:
@@ -341,27 +181,23 @@ def behaviour_batch(trainer: Trainer, rollout: Rollout) -> tuple[RolloutBatch, b
     update must then be skipped (`update(..., usable=False)`).
     """
     c = rollout.completions
-    optim = trainer.config.optim
     shape = c.response_ids.shape
     old_logp = torch.zeros(shape, device=trainer.device)
     statistics = () if trainer.on_policy else sorted({"entropy"} | trainer.method.behaviour_statistics)
     scored = {name: torch.zeros(shape, device=trainer.device) for name in statistics}
     ref_logp = None if trainer.reference is None else torch.zeros(shape, device=trainer.device)
-    scoring = {"temperature": trainer.config.rollout.temperature, "chunk_tokens": trainer.config.train.logprob_chunk,
-               "autocast": trainer.autocast}
     if not trainer.on_policy or trainer.reference is not None:
-        for rows in micro_batches(c.prompt_mask, c.response_mask, max_rows=optim.micro_batch_size,
-                                  max_tokens=optim.micro_batch_tokens):
+        for rows in trainer.micro_batches(c.prompt_mask, c.response_mask):
             inputs = [t[rows].to(trainer.device) for t in (c.prompt_ids, c.prompt_mask, c.response_ids, c.response_mask)]
             rows = rows.to(trainer.device)
             if not trainer.on_policy:
                 with torch.no_grad():
-                    logp, part = policy_logprobs(trainer.model, *inputs, statistics=statistics, **scoring)
+                    logp, part = policy_logprobs(trainer.model, *inputs, statistics=statistics, **trainer.scoring)
                 old_logp[rows] = logp.float()
                 for name, value in part.items():
                     scored[name][rows] = value.float()
             if trainer.reference is not None:
-                ref_logp[rows] = trainer.reference.logprobs(*inputs, **scoring).float()
+                ref_logp[rows] = trainer.reference.logprobs(*inputs, **trainer.scoring).float()
     mask = c.response_mask.to(trainer.device)
     finite = finite_on(mask, old_logp, ref_logp, *scored.values())
     if not finite:
@@ -459,21 +295,16 @@ def accumulate_gradient(trainer: Trainer, minibatch: RolloutBatch, *,
     Returns the loss's metrics, the per-token credit `-rows * dLoss/dlogp` (rows, T), and whether every
     log-prob and the loss were finite (and `usable`); when not, the accumulation stopped there.
     """
-    config = trainer.config
     denominators = trainer.method.loss.normalisers(minibatch.loss_mask)
     metrics: dict[str, float] = {}
     credit = torch.zeros_like(minibatch.old_logp)  # (rows, T)
     entropy_sum, good = 0.0, usable
-    parts = micro_batches(minibatch.prompt_mask, minibatch.response_mask, max_rows=config.optim.micro_batch_size,
-                          max_tokens=config.optim.micro_batch_tokens) if usable else []
-    for rows in parts:
+    for rows in trainer.micro_batches(minibatch.prompt_mask, minibatch.response_mask) if usable else []:
         rows = rows.to(minibatch.response_ids.device)
         part = minibatch.select(rows)
-        logp, stats = policy_logprobs(
-            trainer.model, part.prompt_ids, part.prompt_mask, part.response_ids, part.response_mask,
-            temperature=config.rollout.temperature, chunk_tokens=config.train.logprob_chunk,
-            statistics=("entropy",) if trainer.on_policy else (), autocast=trainer.autocast,
-        )
+        logp, stats = policy_logprobs(trainer.model, part.prompt_ids, part.prompt_mask, part.response_ids,
+                                      part.response_mask, statistics=("entropy",) if trainer.on_policy else (),
+                                      **trainer.scoring)
         logp = logp.float()
         if not finite_on(part.response_mask, logp, *stats.values()):
             good = False

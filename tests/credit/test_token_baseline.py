@@ -206,7 +206,8 @@ def test_the_trainer_scores_sum_pi_squared_as_the_naive_softmax_at_the_sampling_
     from credo.config import load_config
     from credo.policy import sequence_inputs
     from credo.rollout.groups import ProblemStream
-    from credo.train import behaviour_batch, build_trainer, sample_rollout
+    from credo.train import behaviour_batch, sample_rollout
+    from credo.trainer import build_trainer
 
     config = load_config(None, TINY + ["method=otb", "rollout.temperature=0.7", "train.logprob_chunk=5"])
     trainer = build_trainer(config, RunDirectory(tmp_path))

@@ -105,7 +105,8 @@ def test_the_backend_keys_sampled_calls_only(policy):
 def test_a_training_step_samples_the_same_batch_whatever_came_before(tmp_path):
     from credo.checkpoint import RunDirectory
     from credo.rollout.groups import ProblemStream
-    from credo.train import build_trainer, sample_rollout
+    from credo.train import sample_rollout
+    from credo.trainer import build_trainer
 
     def batch(keyed: bool, noise_seed: int) -> list[list[int]]:
         config = load_config(None, TINY + [f"rollout.common_random_numbers={str(keyed).lower()}"])
