@@ -2,7 +2,7 @@
 
     python examples/study_table.py docs/results/credit-decisive runs/studies/credit-decisive
 
-reads the report folder's `report.json` and `study.yaml` (written by `credo report`; `credo.study.report.
+reads the report folder's `report.json` and `study.yaml` (written by `credo report`; `credo.study.results.
 results_from_json`, so Holm's correction applies as in the report) and prints, per difficulty, a Markdown table:
 seeds, final greedy pass@1 and area (mean ± 95% half-width), the paired difference of the area to the baseline's at
 equal rollout tokens with its raw 95% interval and its Holm verdict and adjusted p (`credo.study.tables.verdict_cell`),
@@ -24,7 +24,7 @@ import yaml
 
 from credo.study.analysis import Contrast, DifficultyResult, MethodRow
 from credo.study.grid import ReportConfig
-from credo.study.report import results_from_json
+from credo.study.results import results_from_json
 from credo.study.stats import Estimate
 from credo.study.tables import bracketed, share_text, verdict_cell
 

@@ -4,7 +4,7 @@
         docs/results/credit-hard
 
 reads each report folder's `report.json` and `study.yaml` (written by `credo report`; the runs are not needed;
-`credo.study.report.results_from_json`, so each regime is corrected as its report is) and prints a Markdown table
+`credo.study.results.results_from_json`, so each regime is corrected as its report is) and prints a Markdown table
 with a row per method and a column per study and difficulty: the paired difference of the area to the baseline's
 with its raw 95% interval, and the report's verdict under Holm's correction within the regime with its adjusted p
 (`credo.study.tables.verdict_cell`: beats, falls behind, not distinguishable). Rows `method vs like` follow for the
@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 
 from credo.study.analysis import Contrast, DifficultyResult
-from credo.study.report import results_from_json
+from credo.study.results import results_from_json
 from credo.study.tables import bracketed, verdict_cell
 
 

@@ -46,7 +46,7 @@ CLAIM = re.compile(r"(?P<regime>decisive|no-cancel|hard):|`(?P<method>[^`]+)`(?:
 
 def _committed_results() -> dict:
     """`{regime: DifficultyResult}` of the three credit reports, as `credo report --from-json` recomputes them."""
-    from credo.study.report import results_from_json
+    from credo.study.results import results_from_json
 
     out = {}
     for regime, (folder, difficulty) in REGIMES.items():

@@ -301,7 +301,8 @@ def report(
     """Write a study's report: curves at equal cost with intervals over seeds, a table, findings, credit heatmaps.
 
     A directory without any finished run is an error (exit status 1) that leaves an existing report as it was."""
-    from credo.study.report import NoFinishedRuns, write_report
+    from credo.study.report import write_report
+    from credo.study.runs import NoFinishedRuns
 
     try:
         path = write_report(directory, output, html=html, from_json=from_json, headline=metric)

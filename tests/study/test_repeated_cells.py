@@ -54,7 +54,7 @@ def test_the_committed_decisive_study_would_be_refused_for_srpo_clip_and_reinfor
 
 
 def test_the_committed_decisive_record_still_loads_for_its_report():
-    from credo.study.report import results_from_json
+    from credo.study.results import results_from_json
 
     study = yaml.safe_load((RECORD / "study.yaml").read_text())
     result = results_from_json(RECORD, study)["decisive"].result

@@ -1,6 +1,7 @@
 """The report of a study: learning curves at equal cost, tables with intervals over seeds, Holm verdicts, findings.
 
-For each difficulty of the grid (a regime), from the finished runs (`credo.study.runs`):
+For each difficulty of the grid (a regime), from the finished runs (`credo.study.runs`; gathered by
+`credo.study.results`):
 - each run's per-seed values (`credo.study.seeds`: finals, areas at equal rollout tokens, measured points
   against optimiser steps, tokens to the baseline's final score, ...);
 - the regime's statistics from them (`credo.study.analysis`): paired differences to the baseline of every
@@ -21,108 +22,17 @@ was.
 
 from __future__ import annotations
 
-import json
-import re
 import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from credo.config import read_yaml_mapping
-from credo.io import iter_jsonl, path_inside, write_text_atomic
-from credo.study.analysis import DifficultyResult, analyse, recovered_result
+from credo.io import path_inside, write_text_atomic
 from credo.study.document import Block, Bullets, Code, Heading, Image, Paragraph, to_html, to_markdown
-from credo.study.figures import family_curves, mean_curves, plot_curves, plot_differences
+from credo.study.figures import family_curves, plot_curves, plot_differences
 from credo.study.grid import STUDY_FILE, ReportConfig, dump_study
-from credo.study.heatmap import collect_samples, write_heatmap
-from credo.study.runs import NoFinishedRuns, load_runs, seeds_of
-from credo.study.seeds import RegimeValues, regime_values
+from credo.study.heatmap import write_heatmap
+from credo.study.results import report_json, results_from_json, results_from_runs
 from credo.study.tables import findings, glossary, metrics_table, regime_notes, table, unrecomputed
-
-
-@dataclass(frozen=True)
-class DifficultyReport:
-    """What the report shows of one difficulty, from the runs or from a saved `report.json`."""
-
-    result: DifficultyResult
-    values: RegimeValues | None
-    """The per-seed values; None when read from a `report.json` written before the report kept them."""
-    curves: dict[str, dict[str, dict]] | None
-    """`{metric: mean_curves(...)}`; None when read from a `report.json` made before it kept the curves."""
-    unfinished: list[str] = field(default_factory=list)
-    samples: list[dict] | None = None
-    """The heatmap's records (`credo.study.heatmap.collect_samples`); None: none at hand (a page there stays)."""
-
-    def metrics(self) -> list[str]:
-        """The metrics with a figure: the compared metrics with curves."""
-        if self.curves is not None:
-            return list(self.curves)
-        return self.result.metrics
-
-    def as_json(self) -> dict:
-        out = {"metric": self.result.metric, "auc_tokens": self.result.budget, "baseline_final": self.result.target,
-               "family": {"contrasts": self.result.family.size, "seeds": self.result.family.seeds,
-                          "median_sd": self.result.family.sd, "mde": self.result.family.mde},
-               "methods": [r.as_json() for r in self.result.rows]}
-        if self.unfinished:
-            out["unfinished"] = self.unfinished
-        if self.curves is not None:
-            out["curves"] = self.curves
-        if self.values is not None:
-            out.update(self.values.as_json())
-        return out
-
-
-def results_from_runs(directory: Path, report: ReportConfig) -> dict[str, DifficultyReport | None]:
-    """Every difficulty's report from the finished runs (None: a difficulty without any); NoFinishedRuns if
-    the whole directory has none."""
-    study, runs = load_runs(directory)
-    if not any(rs for by_method in runs.values() for rs in by_method.values()):
-        cells = len(study["difficulties"]) * sum(len(seeds_of(study, m)) for m in study["methods"])
-        raise NoFinishedRuns(f"{directory}: no finished run yet (none of its {cells} run folders holds a summary.json); "
-                             "nothing to report, so an existing report there is left as it was")
-    out: dict[str, DifficultyReport | None] = {}
-    for difficulty, by_method in runs.items():
-        if not any(by_method.values()):
-            out[difficulty] = None
-            continue
-        values = regime_values(by_method, report, difficulty)
-        result = analyse(values, report, difficulty)
-        out[difficulty] = DifficultyReport(
-            result, values, {metric: mean_curves(by_method, metric) for metric in values.curve_metrics},
-            [f"{m} ({len(rs)}/{len(seeds_of(study, m))})" for m, rs in by_method.items()
-             if len(rs) < len(seeds_of(study, m))],
-            collect_samples(by_method, report.heatmap_step))
-    return out
-
-
-def results_from_json(directory: Path, study: dict) -> dict[str, DifficultyReport | None]:
-    """Every difficulty's report as a report folder's `report.json` (and `credit_<difficulty>.jsonl`) saved it: from
-    its per-seed values, or recovered from its rows where it has none."""
-    path = directory / "report.json"
-    if not path.exists():
-        raise FileNotFoundError(f"{directory}: no report.json to draw the report from (--from-json re-draws a written report)")
-    data = json.loads(path.read_text())
-    if not data:
-        raise NoFinishedRuns(f"{path} holds no results; nothing to draw, so the report there is left as it was")
-    report = ReportConfig(**study.get("report", {}))
-    out: dict[str, DifficultyReport | None] = {}
-    for difficulty in study["difficulties"]:
-        saved = data.get(difficulty)
-        if saved is None:
-            out[difficulty] = None
-            continue
-        values = RegimeValues.from_json(saved) if "per_seed" in saved else None
-        result = recovered_result(saved, report, difficulty) if values is None else analyse(values, report, difficulty)
-        records = path_inside(directory, f"credit_{difficulty}.jsonl")
-        out[difficulty] = DifficultyReport(result, values, saved.get("curves"), saved.get("unfinished", []),
-                                           list(iter_jsonl(records)) if records.exists() else None)
-    return out
-
-
-def report_json(results: dict[str, DifficultyReport | None]) -> str:
-    """`report.json`'s text: indented, each list of numbers (a curve) on one line."""
-    text = json.dumps({d: r.as_json() for d, r in results.items() if r is not None}, indent=2)
-    return re.sub(r"\[\s*([^\[\]{}\"]*?)\s*\]", lambda m: "[" + " ".join(m.group(1).split()) + "]", text) + "\n"
 
 
 def write_report(directory: str | Path, output: str | Path | None = None, *, html: bool = False,
