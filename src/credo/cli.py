@@ -7,7 +7,7 @@ import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -16,6 +16,11 @@ from rich.table import Table
 
 from credo.extras import MissingExtra
 from credo.methods import METHODS
+
+if TYPE_CHECKING:
+    from credo.config import ModelConfig, RunConfig
+    from credo.rollout.backend import GenerationBackend
+    from credo.tasks import Problem, Task
 
 app = typer.Typer(
     help="credo: credit assignment for RL with verifiable rewards on language models.",
@@ -194,24 +199,44 @@ def fresh_run_dir(base: Path) -> Path:
 
 
 def print_summary(summary: dict, run_dir: Path) -> None:
-    start, end = summary["eval_start"], summary["eval_end"]
-    table = Table(title=f"{summary['method']}: held-out accuracy, start -> end ({summary['steps']} steps, "
-                        f"{summary['rollout_tokens']:,} rollout tokens, {summary['wall_s']:.0f} s)")
+    console.print(eval_table(f"{summary['method']}: held-out accuracy, start -> end ({summary['steps']} steps, "
+                             f"{summary['rollout_tokens']:,} rollout tokens, {summary['wall_s']:.0f} s)",
+                             summary["eval_start"], summary["eval_end"]))
+    console.print(f"learning curve: {run_dir / 'plots' / 'learning_curve.png'}   summary: {run_dir / 'summary.json'}")
+
+
+def eval_table(title: str, *results: dict) -> Table:
+    """Evaluations (`credo.evaluate.evaluate_policy`) as a table: a row per difficulty, then "all" (a task without
+    buckets has that one alone), a column per metric, each cell the evaluations' values in turn (`start → end`),
+    "–" where one lacks the metric (the final evaluation may take more samples: pass@16 only at the end)."""
+    table = Table(title=title)
     table.add_column("difficulty")
-    # the final evaluation may take more samples than the others (eval.final_samples): pass@16 only at the end
-    metrics = [k for k in dict.fromkeys([*start, *end]) if k != "by_difficulty"]
+    metrics = [k for k in dict.fromkeys(k for result in results for k in result) if k != "by_difficulty"]
     for key in metrics:
         table.add_column(key, justify="right")
-    buckets = dict.fromkeys([*start["by_difficulty"], *end["by_difficulty"]])
-    rows = [(d, start["by_difficulty"].get(d, {}), end["by_difficulty"].get(d, {})) for d in buckets if d != "all"]
+    buckets = dict.fromkeys(d for result in results for d in result["by_difficulty"])
+    rows = [(d, [result["by_difficulty"].get(d, {}) for result in results]) for d in buckets if d != "all"]
 
     def value(record: dict, key: str) -> str:
         return f"{record[key]:.3f}" if key in record else "–"
 
-    for name, a, b in rows + [("all", start, end)]:  # a task without buckets has one, "all": shown once
-        table.add_row(name, *(f"{value(a, k)} → {value(b, k)}" for k in metrics))
-    console.print(table)
-    console.print(f"learning curve: {run_dir / 'plots' / 'learning_curve.png'}   summary: {run_dir / 'summary.json'}")
+    for name, records in rows + [("all", list(results))]:
+        table.add_row(name, *(" → ".join(value(record, k) for record in records) for k in metrics))
+    return table
+
+
+def evaluation_setup(run_config: RunConfig, model_config: ModelConfig) -> tuple[GenerationBackend, Task, list[Problem]]:
+    """What an evaluation of the model `model_config` names needs: the model on `train.device`, served by
+    `rollout.backend`; `run_config`'s task; its held-out problems (at most `eval.max_problems`)."""
+    from credo.evaluate import eval_subset
+    from credo.models import load_model, make_backend
+    from credo.tasks import build_task
+    from credo.trainer import pick_device
+
+    model, tokenizer = load_model(model_config, pick_device(run_config.train.device))
+    backend = make_backend(run_config.rollout, model, tokenizer, model_config, seed=run_config.train.seed)
+    task = build_task(run_config.task)
+    return backend, task, eval_subset(task.eval_problems(), run_config.eval.max_problems)
 
 
 @app.command("eval")
@@ -240,29 +265,15 @@ def evaluate(
     import torch
 
     from credo.config import ModelConfig
-    from credo.evaluate import eval_subset, evaluate_policy
-    from credo.models import load_model, make_backend
-    from credo.tasks import build_task
-    from credo.trainer import pick_device
+    from credo.evaluate import evaluate_policy
 
     model_dir = target / "model" if is_run else target
-    model_config = ModelConfig(path=str(model_dir))
-    model, tokenizer = load_model(model_config, pick_device(run_config.train.device))
-    task = build_task(run_config.task)
-    problems = eval_subset(task.eval_problems(), run_config.eval.max_problems)
-    backend = make_backend(run_config.rollout, model, tokenizer, model_config, seed=run_config.train.seed)
+    backend, task, problems = evaluation_setup(run_config, ModelConfig(path=str(model_dir)))
     with torch.no_grad():
         result = evaluate_policy(backend, task, problems, run_config.eval,
                                  max_new_tokens=run_config.rollout.max_new_tokens, seed=run_config.train.seed,
                                  reward_errors=run_config.rollout.reward_errors)
-    table = Table(title=f"{model_dir} on {task.name}")
-    table.add_column("difficulty")
-    metrics = [k for k in result if k != "by_difficulty"]
-    for key in metrics:
-        table.add_column(key, justify="right")
-    for name, values in [(d, v) for d, v in result["by_difficulty"].items() if d != "all"] + [("all", result)]:
-        table.add_row(name, *(f"{values[k]:.3f}" for k in metrics))
-    console.print(table)
+    console.print(eval_table(f"{model_dir} on {task.name}", result))
     console.print_json(json.dumps(result))
 
 
@@ -352,21 +363,14 @@ def testbed_facts(
     import torch
 
     from credo.config import load_config
-    from credo.evaluate import eval_subset
     from credo.io import write_json_atomic
-    from credo.models import load_model, make_backend
-    from credo.tasks import build_task
     from credo.testbed_facts import regime_facts
-    from credo.trainer import pick_device
 
     _quiet_transformers()
     config, bare = bare_overrides(config, settings)
     run_config = load_config(config, bare)
     torch.manual_seed(run_config.train.seed)
-    model, tokenizer = load_model(run_config.model, pick_device(run_config.train.device))
-    backend = make_backend(run_config.rollout, model, tokenizer, run_config.model, seed=run_config.train.seed)
-    task = build_task(run_config.task)
-    held_out = eval_subset(task.eval_problems(), run_config.eval.max_problems)
+    backend, task, held_out = evaluation_setup(run_config, run_config.model)
     with torch.no_grad():
         facts = regime_facts(task, backend, eval_problems=held_out, problems=problems, samples=samples,
                              seed=run_config.train.seed, temperature=run_config.rollout.temperature,
