@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from credo.io import atomic_directory, cache_root
 from credo.rollout.localise import TESTBED_PROMPT, TESTBED_STEP_FORMAT, localisation_prompt
@@ -39,6 +39,7 @@ from credo.rollout.revise import (
     revision_prompt,
 )
 from credo.schedules import warmup_cosine
+from credo.schema import Section
 from credo.tasks.arith import (
     ArithConfig,
     ArithTask,
@@ -66,10 +67,8 @@ TESTBED_FORMAT = 4
 """Version of what the config does not state (the tokenizer, the SFT formats); part of the cache key."""
 
 
-class TestbedModel(BaseModel):
+class TestbedModel(Section):
     """Architecture of the testbed Llama."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     hidden_size: int = Field(128, ge=8)
     """Width of the hidden states (and of the token embeddings, tied to the output layer)."""
@@ -89,14 +88,12 @@ class TestbedModel(BaseModel):
     0.55-0.6x eager's time."""
 
 
-class LocalisationJob(BaseModel):
+class LocalisationJob(Section):
     """SFT examples that teach the testbed model SRPO's self-localisation job: a failed chain in the
     compact localiser prompt (`credo.rollout.localise.TESTBED_PROMPT`) -> `\\boxed{k}`, the first wrong
     thought, right with probability `p_exact`, otherwise an earlier or a later thought in the proportions
     the SRPO paper measured for real models (exact 12%, earlier 38%, later 51%), so that the self-localiser
     is as fallible as a real one and the oracle stays the upper bound."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     share: float = Field(0.0625, ge=0.0, lt=1.0)
     """Share of SFT examples that are localisation examples (0 disables the job)."""
@@ -106,15 +103,13 @@ class LocalisationJob(BaseModel):
     """Probability of an earlier thought (the rest, `1 - p_exact - p_earlier`, is a later one)."""
 
 
-class RevisionJob(BaseModel):
+class RevisionJob(Section):
     """SFT examples that teach the testbed model IBPO's revision job: a failed chain and a sibling in the
     compact revision prompt (`credo.rollout.revise.TESTBED_REVISE_PROMPT`) -> a revised chain. The reviser
     keeps the attempt's steps before its first error; from there, with probability `p_use_reference`, it
     copies the reference's steps for as long as the reference is right, and computes every other step with
     the noise model. So a revision is likelier to succeed with a correct reference and when the attempt
     went wrong late (a near miss), and it is never certain: as for real revisers."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     share: float = Field(0.0625, ge=0.0, lt=1.0)
     """Share of SFT examples that are revision examples (0 disables the job)."""
@@ -124,10 +119,8 @@ class RevisionJob(BaseModel):
     """Probability that the reviser copies the reference's right steps (else it computes them)."""
 
 
-class TestbedConfig(BaseModel):
+class TestbedConfig(Section):
     """Everything that determines the testbed model (its hash names the cache entry)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     task: ArithConfig = ArithConfig(min_steps=1, max_steps=6)
     """Chains and noise of the SFT traces (chain lengths here are the SFT distribution)."""

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from credo.schema import Section
 from credo.tasks.base import THOUGHT_END
 
 
-class ThoughtRules(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
-
+class ThoughtRules(Section):
     delimiter: str = THOUGHT_END
     """Text that closes a thought (kept in the thought)."""
     answer_marker: str = "\\boxed{"

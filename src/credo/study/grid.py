@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
 
 from credo.config import (
     ConfigError,
@@ -49,16 +49,13 @@ from credo.config import (
 )
 from credo.io import write_text_atomic
 from credo.methods import Method, get_method
+from credo.schema import Section
 
 STUDY_FILE = "study.yaml"
 """The study's resolved file, written into its output directory (what `credo report` reads)."""
 
 
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class MethodEntry(Strict):
+class MethodEntry(Section):
     config: str
     """The run config file (paths relative to the study file)."""
     set: dict[str, Any] = Field(default_factory=dict)
@@ -74,7 +71,7 @@ class MethodEntry(Strict):
         return seeds
 
 
-class ReportConfig(Strict):
+class ReportConfig(Section):
     baseline: str = "grpo"
     """The method every other is compared with (tokens to its final score, paired differences)."""
     oracle: str | None = "oracle_blame"
@@ -95,7 +92,7 @@ class ReportConfig(Strict):
     own largest |credit| (every row's pattern shows); the page has a switch for the other."""
 
 
-class StudyConfig(Strict):
+class StudyConfig(Section):
     name: str
     output: str | None = None
     """Directory of the runs and the report (default `runs/studies/<name>`, relative to the working directory)."""

@@ -42,8 +42,9 @@ import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from credo.schema import Section
 from credo.tasks.base import TASKS, THOUGHT_END, Problem, Verdict
 from credo.tasks.rewards import CustomReward, RewardedTask, RewardOptions
 
@@ -74,10 +75,8 @@ MISCONCEPTIONS: dict[str, Misconception] = {
 }
 
 
-class Noise(BaseModel):
+class Noise(Section):
     """How the SFT traces err (the starting policy's errors)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     misconceptions: dict[str, int] = Field(default_factory=lambda: {"carry": -10, "mul7": 10})
     """Active misconceptions and their value offsets (name -> offset mod 100); names: carry, borrow, mul7."""
@@ -279,8 +278,6 @@ def step_value(chain: Chain, i: int, thought: str) -> int | None:
 
 class ArithConfig(RewardOptions):
     """Options of the `arith` testbed task."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     name: str = "arith"
     """The task's name in `task.name`: "arith"."""

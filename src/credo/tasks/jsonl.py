@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from credo.extras import require
 from credo.tasks.base import TASKS, Problem, Verdict, seeded_epochs
@@ -36,8 +36,6 @@ _FIELDS = (("prompt", str, "a string"), ("answer", (str, int, float), "a string 
 
 
 class JsonlConfig(RewardOptions):
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
-
     name: str = "jsonl"
     """The task's name in `task.name`: "jsonl"."""
     path: str

@@ -42,7 +42,7 @@ from collections.abc import Iterator, Sequence
 from types import ModuleType
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from credo.extras import require
 from credo.tasks.answer_grammar import COMPOSITE, admits, guarded
@@ -117,8 +117,6 @@ def _describe(error: Exception) -> str:
 
 
 class ReasoningGymConfig(RewardOptions):
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
-
     name: str
     """"reasoning_gym:<dataset>", e.g. "reasoning_gym:chain_sum"."""
     size: int = Field(1000, ge=1)

@@ -80,8 +80,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from credo.schema import Section
 from credo.tasks.base import Problem, Verdict, short_repr
 from credo.tasks.chat import ChatPrompt
 from credo.tasks.reward_model import RewardModel, reward_model_directory
@@ -103,10 +104,8 @@ class RewardState:
     max_steps: int = 0
 
 
-class RewardFunction(BaseModel):
+class RewardFunction(Section):
     """One reward function of `task.reward` (or a reward model) and its weight."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     function: str | None = Field(None, exclude_if=lambda value: value is None)
     """"package.module:function" (importable from the working directory) or "path/to/file.py:function"."""
@@ -114,7 +113,7 @@ class RewardFunction(BaseModel):
     """Instead of `function`: a sequence-classification reward model's directory.
 
     Scored as TRL's GRPOTrainer scores one (`credo.tasks.reward_model`)."""
-    weight: float = Field(1.0, allow_inf_nan=False)
+    weight: float = 1.0
     """Its weight in the reward, a weighted sum (TRL's `reward_weights`); negative weights are penalties."""
     style: Literal["trl", "verl"] = "trl"
     """How it is called: "trl" (TRL's reward functions, per batch) or "verl" (verl's `compute_score`, per row).
@@ -146,17 +145,15 @@ class RewardFunction(BaseModel):
         return self.function if self.model is None else f"{self.model} (reward model)"
 
 
-class RewardOptions(BaseModel):
+class RewardOptions(Section):
     """The options every task takes for a custom reward (`credo.tasks.rewards`)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     reward: list[RewardFunction] | None = Field(None, exclude_if=lambda value: value is None)
     """Custom reward functions replacing the task's own reward ("pkg.mod:fn", or a list of {function, weight, style}).
 
     One function ("my_rewards:accuracy"), or a list of `{function, weight, style}` whose weighted sum is the
     reward; None: the task's own scoring. See `credo.tasks.rewards` for the signatures."""
-    correct_at: float = Field(1.0, allow_inf_nan=False, exclude_if=lambda value: value == 1.0)
+    correct_at: float = Field(1.0, exclude_if=lambda value: value == 1.0)
     """With a custom `reward`: a response is correct when its reward is at least this."""
 
     @field_validator("reward", mode="before")
