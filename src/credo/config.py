@@ -294,15 +294,8 @@ def task_config(options: dict[str, Any], *, load_rewards: bool = True) -> BaseMo
         config_class = _naming_rewards(config_class)
     try:
         return config_class(**options)
-    except ValidationError as error:
-        problems = []
-        for problem in error.errors():
-            key = ".".join(str(p) for p in problem["loc"])
-            if problem["type"] == "extra_forbidden":
-                problems.append(f"{key}: unknown key; allowed: {', '.join(config_class.model_fields)}")
-            else:
-                problems.append(f"{key + ': ' if key else ''}{clip(problem['msg'].removeprefix('Value error, '))}")
-        raise ValueError("; ".join(problems)) from None
+    except ValidationError as error:  # one line: it becomes the message of the run config's `task` problem
+        raise ValueError("; ".join(problems(error, config_class))) from None
 
 
 class RewardName(RewardFunction):
@@ -466,26 +459,38 @@ TRL_KEYS = {
 for each: an unknown key of that name is answered with credo's spelling (docs/coming-from-trl.md has them all)."""
 
 
-def unknown_key_message(loc: tuple) -> str:
-    """The error for an unknown key at `loc`: credo's spelling of a TRL key, else the keys allowed there."""
-    name = str(loc[-1]) if loc else ""
-    if name in TRL_KEYS:
-        return f"unknown key (TRL's GRPOConfig spelling); credo's: {TRL_KEYS[name]}"
-    return f"unknown key; allowed here: {_allowed(loc)}"
-
-
 def validate(data: dict[str, Any], where: str = "<config>", *, load_rewards: bool = True) -> RunConfig:
     try:
         return RunConfig.model_validate(data, context={"load_rewards": load_rewards})
     except ValidationError as error:
-        lines = []
-        for problem in error.errors():
-            key = ".".join(str(p) for p in problem["loc"]) or "config"
+        raise invalid(error, RunConfig, "config", where, trl_keys=True) from None
+
+
+def invalid(error: ValidationError, root: type[BaseModel], what: str, where: object, *,
+            trl_keys: bool = False) -> ConfigError:
+    """The error of a `root` (a run config, a study) that failed validation: `invalid <what> <where>:`, then each
+    problem on a line of its own (`problems`; `<what>: ...` for a check of the whole)."""
+    lines = "".join(f"\n  {line}" for line in problems(error, root, whole=what, trl_keys=trl_keys))
+    return ConfigError(f"invalid {what} {where}:{lines}")
+
+
+def problems(error: ValidationError, root: type[BaseModel], *, whole: str = "", trl_keys: bool = False) -> list[str]:
+    """Each problem of a failed validation of `root` as one line, `key.path: what is wrong` (`whole: ...` where
+    the check is of the whole, the bare message where `whole` is empty): pydantic's message clipped (`clip`), an
+    unknown key answered with the keys allowed there, or (`trl_keys`, a run config) with credo's spelling of a key
+    of TRL's (`TRL_KEYS`)."""
+    lines = []
+    for problem in error.errors():
+        loc = problem["loc"]
+        key = ".".join(str(p) for p in loc) or whole
+        if problem["type"] != "extra_forbidden":
             message = clip(problem["msg"].removeprefix("Value error, "))
-            if problem["type"] == "extra_forbidden":
-                message = unknown_key_message(problem["loc"])
-            lines.append(f"  {key}: {message}")
-        raise ConfigError(f"invalid config {where}:\n" + "\n".join(lines)) from None
+        elif trl_keys and str(loc[-1]) in TRL_KEYS:
+            message = f"unknown key (TRL's GRPOConfig spelling); credo's: {TRL_KEYS[str(loc[-1])]}"
+        else:
+            message = f"unknown key; allowed here: {_allowed(loc, root)}"
+        lines.append(f"{key}: {message}" if key else message)
+    return lines
 
 
 def clip(message: str, limit: int = 300) -> str:
@@ -493,16 +498,28 @@ def clip(message: str, limit: int = 300) -> str:
     return message if len(message) <= limit else message[:limit - 3] + "..."
 
 
-def _allowed(loc: tuple) -> str:
-    model: type[BaseModel] = RunConfig
+def _allowed(loc: tuple, root: type[BaseModel]) -> str:
+    """The keys of the section of `root` that holds `loc`'s last key."""
+    model, keyed = root, False
     for part in loc[:-1]:
+        if keyed:  # a dict's key or a list's index: its value is the section
+            keyed = False
+            continue
         field = model.model_fields.get(str(part))
-        candidates = typing.get_args(field.annotation) or (field.annotation,) if field else ()
-        sections = [c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)]
+        sections = _sections(field.annotation) if field else []
         if not sections:
             return "see the documentation of this section"
-        model = sections[0]
+        model, keyed = sections[0]
     return ", ".join(model.model_fields)
+
+
+def _sections(annotation: Any) -> list[tuple[type[BaseModel], bool]]:
+    """The config sections an annotation names (`X`, `X | None`, `list[X]`, `dict[str, X]`, ...), each with whether
+    it sits inside a list or dict, whose index or key then comes next in an error's location."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [(annotation, False)]
+    inside = typing.get_origin(annotation) in (list, dict, tuple)
+    return [(model, keyed or inside) for arg in typing.get_args(annotation) for model, keyed in _sections(arg)]
 
 
 def dump(config: RunConfig) -> str:

@@ -84,7 +84,8 @@ def test_a_difficulty_lays_its_base_files_under_its_overrides(tmp_path):
 @pytest.mark.parametrize("changes, message", [
     ({"seeds": []}, r"seeds: List should have at least 1 item"),
     ({"seeds": [1, 1]}, r"seeds must be distinct"),
-    ({"colour": "red"}, r"colour: Extra inputs are not permitted"),
+    ({"colour": "red"}, r"colour: unknown key; allowed here: name, output, seeds, set, methods, difficulties, order, report"),
+    ({"methods": {"grpo": {"config": "grpo.yaml", "seed": [1]}}}, r"methods.grpo.seed: unknown key; allowed here: config, set, seeds"),
     ({"report": {"baseline": "dapo"}}, r"report.baseline 'dapo' is not one of the methods: grpo, oracle_blame"),
     ({"report": {"oracle": "s_trace"}}, r"report.oracle 's_trace' is not one of the methods"),
 ])

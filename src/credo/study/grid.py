@@ -42,6 +42,7 @@ from credo.config import (
     base_files,
     changed_keys,
     deep_merge,
+    invalid,
     load_config,
     read_config_file,
     read_yaml_mapping,
@@ -184,9 +185,7 @@ def load_study(path: str | Path, output: str | Path | None = None) -> Study:
     try:
         config = StudyConfig(**data)
     except ValidationError as error:
-        lines = [f"  {'.'.join(str(p) for p in e['loc']) or 'study'}: {e['msg'].removeprefix('Value error, ')}"
-                 for e in error.errors()]
-        raise ConfigError(f"invalid study {path}:\n" + "\n".join(lines)) from None
+        raise invalid(error, StudyConfig, "study", path) from None
     if config.report.baseline not in config.methods:
         raise ConfigError(f"{path}: report.baseline {config.report.baseline!r} is not one of the methods: {', '.join(config.methods)}")
     if config.report.oracle is not None and config.report.oracle not in config.methods:
