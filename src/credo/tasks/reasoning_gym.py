@@ -76,11 +76,6 @@ def _reasoning_gym() -> ModuleType:
     return require("reasoning_gym", "tasks", f"reasoning-gym tasks (task.name: {FAMILY}:<dataset>)")
 
 
-def dataset_names() -> list[str]:
-    """The datasets reasoning-gym registers (needs the package)."""
-    return sorted(_reasoning_gym().factory.DATASETS)
-
-
 def check_dataset(dataset: str) -> tuple[type, set[str]]:
     """The dataset's config class and its option names; an unknown name is an error suggesting close ones."""
     registry = _reasoning_gym().factory.DATASETS

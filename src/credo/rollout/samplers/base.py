@@ -62,7 +62,7 @@ class Sampler:
         """Estimator switches that `options` implies (applied over the method's own)."""
         return {}
 
-    def describe(self, options: RolloutConfig | None = None) -> str:
+    def describe(self) -> str:
         """The sampler and its choices, e.g. "resets (localiser: self)"."""
         choices = [f"{f.name}: {getattr(self, f.name)}" for f in dataclasses.fields(self)]
         return self.name + (f" ({', '.join(choices)})" if choices else "")

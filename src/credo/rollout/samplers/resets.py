@@ -111,7 +111,7 @@ def sample_resets(backend: GenerationBackend, task: Task, stream: ProblemStream,
     problems = stream.take(config.prompts_per_step)
     prompts = encode_prompts(backend.tokenizer, [p.prompt for p in problems])
     cost = Counter()
-    draws = draw_rounds(backend, task, problems, prompts, config, resets, split, cost)
+    draws = draw_rounds(backend, task, problems, prompts, config, resets, split)
     plans = [plan([r.verdict.correct for r in d], split, resets.max_draws) for d in draws]
     seeds = [Seed(i, draws[i][s]) for i, p in enumerate(plans) for s in p.seeds]
     localise(backend, task, seeds, config, localiser, cost)
@@ -130,7 +130,7 @@ def sample_resets(backend: GenerationBackend, task: Task, stream: ProblemStream,
     return rollout
 
 
-def draw_rounds(backend: GenerationBackend, task, problems, prompts, config, resets, split, cost) -> list[list[Row]]:
+def draw_rounds(backend: GenerationBackend, task, problems, prompts, config, resets, split) -> list[list[Row]]:
     """Fresh draws per prompt, in batched rounds, until every prompt's plan is complete."""
     draws: list[list[Row]] = [[] for _ in problems]
     while True:
