@@ -92,8 +92,9 @@ class LocalisationJob(Section):
     """SFT examples that teach the testbed model SRPO's self-localisation job: a failed chain in the
     compact localiser prompt (`credo.rollout.localise.TESTBED_PROMPT`) -> `\\boxed{k}`, the first wrong
     thought, right with probability `p_exact`, otherwise an earlier or a later thought in the proportions
-    the SRPO paper measured for real models (exact 12%, earlier 38%, later 51%), so that the self-localiser
-    is as fallible as a real one and the oracle stays the upper bound."""
+    the SRPO paper measured for real models (exact 12%, earlier 38%, later 51%, as rounded there; here the rest,
+    `1 - p_exact - p_earlier` = 50%, is later), so that the self-localiser is as fallible as a real one and the
+    oracle stays the upper bound."""
 
     share: float = Field(0.0625, ge=0.0, lt=1.0)
     """Share of SFT examples that are localisation examples (0 disables the job)."""

@@ -70,8 +70,8 @@ class ResetConfig(Section):
     oracle_earlier: float = Field(38 / 88, ge=0.0, le=1.0)
     """Share of the noisy oracle's errors placed before the first wrong thought; the rest after it.
 
-    The default is the SRPO paper's measured localiser profile (12% exact, 38% earlier, 50% later: 38/88 of
-    its errors earlier)."""
+    The default is the SRPO paper's measured localiser profile (exact 12%, earlier 38%, later 51%, as rounded
+    there): 38/88 of the errors earlier, the other 50/88 later (50% of all seeds at `oracle_accuracy` 0.12)."""
     localiser_samples: int = Field(4, ge=1)
     """Continuations per state of the sampled localiser (its K); each of a seed's n thoughts costs K of them.
 
