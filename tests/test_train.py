@@ -53,7 +53,7 @@ def test_every_testbed_config_trains(tmp_path, config_path):
     assert len(samples) == 6 and len(samples[0]["tokens"]) == len(samples[0]["advantage"])
     from transformers import AutoModelForCausalLM
 
-    assert AutoModelForCausalLM.from_pretrained(run_dir / "model") is not None
+    AutoModelForCausalLM.from_pretrained(run_dir / "model")  # the exported model loads (or this raises)
 
 
 def kill_training_after(settings: list[str], killed_dir: Path, step: int) -> None:

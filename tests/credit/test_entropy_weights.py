@@ -5,6 +5,8 @@ response, credit and blame move towards its high-entropy tokens and never change
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 import torch
 from batches import random_batch
@@ -16,9 +18,11 @@ from credo.methods import get_method
 
 
 def gtpo_loop(batch, beta):
-    """The reading written out token by token: A_t = A (1 + beta (H_t / mean_row H - 1)) on the loss mask."""
+    """The reading written out token by token: A_t = A (1 + beta (H_t / mean_row H - 1)) on the loss mask; with
+    every trained token's weight `1 + beta (H_t / mean_row H - 1)`."""
     grpo, _ = get_method("grpo").credit(batch)
     out = torch.zeros_like(grpo.advantages)
+    weights = []
     for b in range(batch.size):
         tokens = [t for t in range(batch.width) if grpo.loss_mask[b, t]]
         if not tokens:
@@ -28,7 +32,8 @@ def gtpo_loop(batch, beta):
         for t in tokens:
             weight = 1.0 + beta * (float(batch.entropy[b, t]) / mean - 1.0) if mean > 0 else 1.0
             out[b, t] = row_adv * weight
-    return out
+            weights.append(weight)
+    return out, weights
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -36,8 +41,10 @@ def gtpo_loop(batch, beta):
 def test_matches_the_loop_reference(seed, beta):
     batch = random_batch(seed, dtype=torch.float64)
     credited, metrics = get_method("gtpo", estimator={"beta": beta}).credit(batch)
-    torch.testing.assert_close(credited.advantages, gtpo_loop(batch, beta), rtol=1e-10, atol=1e-12)
-    assert metrics["credit/entropy_weight_max"] >= 0
+    advantages, weights = gtpo_loop(batch, beta)
+    torch.testing.assert_close(credited.advantages, advantages, rtol=1e-10, atol=1e-12)
+    assert metrics["credit/entropy_weight_max"] == pytest.approx(max(weights), rel=1e-10)
+    assert metrics["credit/entropy_weight_std"] == pytest.approx(statistics.stdev(weights), rel=1e-9, abs=1e-12)
 
 
 @pytest.mark.parametrize("seed", range(20))

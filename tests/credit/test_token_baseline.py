@@ -34,12 +34,16 @@ def energies(batch):
 
 
 def otb_loop(batch, *, zero_tail=True, eps=1e-8):
-    """The module docstring written out group by group, position by position, row by row."""
+    """The module docstring written out group by group, position by position, row by row; with the estimator's
+    metrics: the share of trained tokens alone at their position, the mean |baseline - the group's mean reward|
+    over the other trained tokens of groups whose rewards differ."""
     mask = batch.loss_mask
     out = torch.zeros(batch.old_logp.shape, dtype=torch.float64)
+    lone, shifts = 0, []
     for g in batch.group_id.unique().tolist():
         rows = [b for b in range(batch.size) if int(batch.group_id[b]) == g]
         rewards = [float(batch.rewards[b]) for b in rows]
+        lone += sum(sum(bool(mask[b, t]) for b in rows) == 1 for t in range(batch.width))
         if max(rewards) == min(rewards):
             continue  # equal rewards: no credit
         realized = {b: 0.0 for b in rows}
@@ -55,8 +59,11 @@ def otb_loop(batch, *, zero_tail=True, eps=1e-8):
                     baseline = 0.0 if zero_tail else float(batch.rewards[b])
                 else:
                     baseline = weighted / (total + eps)
+                    shifts.append(abs(baseline - sum(rewards) / len(rewards)))
                 out[b, t] = float(batch.rewards[b]) - baseline
-    return out
+    trained = int(mask.sum())
+    return out, {"credit/lone_token_share": lone / trained if trained else 0.0,
+                 "credit/baseline_shift": sum(shifts) / len(shifts) if shifts else 0.0}
 
 
 def with_trained_subset(batch, seed):
@@ -72,8 +79,10 @@ def test_matches_the_loop_reference(seed, zero_tail):
     if seed % 3 == 0:
         batch = with_trained_subset(batch, seed)
     credited, metrics = get_method("otb", estimator={"zero_tail": zero_tail}).credit(batch)
-    torch.testing.assert_close(credited.advantages, otb_loop(batch, zero_tail=zero_tail), rtol=1e-10, atol=1e-12)
-    assert 0.0 <= metrics["credit/lone_token_share"] <= 1.0 and metrics["credit/baseline_shift"] >= 0.0
+    advantages, loop_metrics = otb_loop(batch, zero_tail=zero_tail)
+    torch.testing.assert_close(credited.advantages, advantages, rtol=1e-10, atol=1e-12)
+    for key, value in loop_metrics.items():  # the lone share is a float32 mean
+        assert metrics[key] == pytest.approx(value, rel=1e-6, abs=1e-12), key
 
 
 def verl_advantages(batch, function, **kwargs):
