@@ -1,4 +1,5 @@
-"""The README's table of one study report: a row per method with every number the study compares.
+"""The powered study's table (docs/results/powered-study.md) of one study report: a row per method with every
+number the study compares.
 
     python examples/study_table.py docs/results/credit-decisive runs/studies/credit-decisive
 

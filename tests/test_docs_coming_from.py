@@ -13,7 +13,8 @@ third column is `exact`, `close` or `none`. These tests check that
   hint names is in that row (a hint that says "none" has a `none` row);
 - every verl key exists in verl 0.9.1's generated trainer config, and every metric named exists in the
   source of its trainer (TRL's, verl's, credo's);
-- the pages' YAML examples are valid credo configs, and their README links point at README headings.
+- the pages' YAML examples are valid credo configs, their links point at headings of the pages they name, and the
+  README links both pages.
 """
 
 from __future__ import annotations
@@ -310,11 +311,17 @@ def slug(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
+def headings(path: Path) -> set[str]:
+    return {slug(h) for h in re.findall(r"^#+ (.+)$", path.read_text(), re.MULTILINE)}
+
+
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
-def test_links_point_at_readme_headings(page):
+def test_links_point_at_headings(page):
+    links = re.findall(r"\]\(([^)#]*)#([^)]+)\)", page.read_text())
+    assert links
+    for target, anchor in links:
+        path = (page.parent / target).resolve() if target else page
+        assert path.exists(), f"{page.name}: no page {target}"
+        assert anchor in headings(path), f"{page.name}: no heading #{anchor} in {target or page.name}"
     readme = (ROOT / "README.md").read_text()
-    anchors = {slug(h) for h in re.findall(r"^#+ (.+)$", readme, re.MULTILINE)}
-    own = {slug(h) for h in re.findall(r"^#+ (.+)$", page.read_text(), re.MULTILINE)}
-    for target, anchor in re.findall(r"\]\(([^)#]*)#([^)]+)\)", page.read_text()):
-        assert anchor in (anchors if target.endswith("README.md") else own), f"{page.name}: no heading #{anchor}"
     assert f"docs/{page.name}" in readme, f"README.md does not link {page.name}"

@@ -1,7 +1,7 @@
 """credo inside verl 0.9.1: registered names, numbers against verl's own GRPO and PPO loss, the agent loops.
 
 verl must be importable (`pip install 'credo[verl]'`, or on a CPU machine `pip install --no-deps verl==0.9.1`
-plus its light dependencies, see the README): without it every test here fails, none is skipped.
+plus its light dependencies, see docs/guides/verl.md): without it every test here fails, none is skipped.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ try:
     from verl.workers.config import ActorConfig
     from verl.workers.rollout.replica import TokenOutput
 except ImportError as error:  # fail loudly: this file tests the integration, it has nothing to skip to
-    pytest.fail(f"verl is not importable ({error}); install it: pip install 'credo[verl]' (README: verl)",
+    pytest.fail(f"verl is not importable ({error}); install it: pip install 'credo[verl]' (docs/guides/verl.md)",
                 pytrace=False)
 
 from credo.integrations import verl as cv

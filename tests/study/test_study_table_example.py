@@ -1,4 +1,5 @@
-"""examples/study_table.py: the README's per-method table of one written study report."""
+"""examples/study_table.py: the powered study's per-method table of one written study report
+(docs/results/powered-study.md)."""
 
 from __future__ import annotations
 

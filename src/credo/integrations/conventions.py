@@ -1,7 +1,7 @@
 """Other engines' conventions as presets of credo's switches, shared by the TRL and verl integrations.
 
 Each estimator and loss class declares, in its `conventions` class attribute, the switches that make it compute
-what the engine's own implementation computes (README "Reproducing verl and TRL exactly"; the tests compare
+what the engine's own implementation computes (docs/methods.md "Reproducing verl and TRL exactly"; the tests compare
 through the engines' code); a class adds to its bases' declarations, and `"credo"` changes nothing. The
 engines' code these declarations follow is quoted below. What a switch cannot express is handled by the
 integration and documented there (verl's groups of one row: `credo.integrations.verl.single_row_advantages`;

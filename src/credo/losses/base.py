@@ -39,7 +39,7 @@ class LossOutput:
     loss: Tensor
     """Scalar loss to call `.backward()` on."""
     metrics: dict[str, float] = field(default_factory=dict)
-    """What a user watches: clip fractions, ratio statistics, KL, trace weights (see README glossary)."""
+    """What a user watches: clip fractions, ratio statistics, KL, trace weights (see docs/glossary.md)."""
 
 
 def aggregate(

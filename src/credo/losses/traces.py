@@ -1,7 +1,7 @@
 """Selective eligibility traces: P-trace and S-trace (arXiv 2605.05965), with GSPO (arXiv 2507.18071)
 as the uniform-credit special case.
 
-Only the paper's abstract is public; this is credo's reading (README, "Readings we chose"):
+Only the paper's abstract is public; this is credo's reading (docs/methods.md sec. 3, "Readings we chose"):
 
 Each token's importance ratio carries a decayed memory of the earlier tokens' log-ratios, an approximate
 *history* correction that PPO drops and that a full prefix product would make high-variance. With

@@ -32,7 +32,7 @@ it is a cutpoint (`cutpoint_mask`); every continuation token counts in the rollo
 
 Paper and official code (`math_episode_generator_with_mc_advantages.py`, `ppo_trainer.py`, `trainers/utils.py`;
 configs `polIter_rho1bSft2_spo_chain_GSM8K.jsonnet`, `episode_generators/interval5.jsonnet`): threshold 0.9,
-every 5th cutpoint (`cutpoint_interval`, 5 in the README's runs), `K = 9` continuations (`samples: 9`), 8
+every 5th cutpoint (`cutpoint_interval`, 5 in the SPO README's runs), `K = 9` continuations (`samples: 9`), 8
 responses per prompt at temperature 0.6, advantages whitened over the masked tokens (`masked_whiten` with the
 probability mask: token-weighted mean, unbiased variance, eps 1e-8), PPO's clipped loss as a token mean over the
 trained tokens, no critic. credo's choices where they are silent or differ: the prompt's value comes from the
