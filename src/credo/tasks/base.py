@@ -175,6 +175,13 @@ def seeded_epochs(problems: Sequence[Problem], seed: int, start: int = 0) -> Ite
             index += 1
 
 
+def describe_error(error: BaseException) -> str:
+    """An exception in one line for an error message: its type, then its text with whitespace collapsed, cut at 200
+    characters (its type alone where it has no text)."""
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text[:200]}" if text else type(error).__name__
+
+
 def short_repr(value: Any, limit: int = 60) -> str:
     """`repr(value)` cut to `limit` characters for an error message (a string subclass shown as a plain string)."""
     text = repr(str(value) if isinstance(value, str) else value)

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from credo.io import check_torch_archive
+from credo.tasks.base import describe_error
 from credo.tasks.chat import render_chats
 
 
@@ -45,8 +46,7 @@ def reward_model_directory(path: str) -> Path:
     try:
         AutoConfig.from_pretrained(directory, trust_remote_code=False)
     except Exception as error:  # transformers raises many kinds for a config it cannot read
-        raise ValueError(f"reward model {path!r}: its config.json does not load: "
-                         f"{type(error).__name__}: {' '.join(str(error).split())[:200]}") from None
+        raise ValueError(f"reward model {path!r}: its config.json does not load: {describe_error(error)}") from None
     return directory
 
 
@@ -67,7 +67,7 @@ class RewardModel:
             tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=False)
         except Exception as error:  # a head of another size, missing weights or tokenizer files, ...
             raise ValueError(f"reward model {path!r} does not load as a sequence-classification model with one "
-                             f"label: {type(error).__name__}: {' '.join(str(error).split())[:200]}") from None
+                             f"label: {describe_error(error)}") from None
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         model.config.pad_token_id = tokenizer.pad_token_id

@@ -83,7 +83,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from credo.schema import Section
-from credo.tasks.base import Problem, Verdict, short_repr
+from credo.tasks.base import Problem, Verdict, describe_error, short_repr
 from credo.tasks.chat import ChatPrompt
 from credo.tasks.reward_model import RewardModel, reward_model_directory
 
@@ -199,9 +199,9 @@ def _import_module(name: str, path: str) -> Any:
         if error.name is not None and (name == error.name or name.startswith(error.name + ".")):
             raise ValueError(f"reward function {path!r}: no module named {error.name!r} "
                              f"(looked in the working directory {cwd} and on sys.path)") from None
-        raise ValueError(f"reward function {path!r}: importing {name} failed: {_describe(error)}") from None
+        raise ValueError(f"reward function {path!r}: importing {name} failed: {describe_error(error)}") from None
     except Exception as error:  # the user's module raised while importing
-        raise ValueError(f"reward function {path!r}: importing {name} raised {_describe(error)}") from None
+        raise ValueError(f"reward function {path!r}: importing {name} raised {describe_error(error)}") from None
     finally:
         if added and cwd in sys.path:
             sys.path.remove(cwd)
@@ -223,7 +223,7 @@ def _import_file(name: str, path: str) -> Any:
         spec.loader.exec_module(module)
     except Exception as error:
         del sys.modules[module_name]
-        raise ValueError(f"reward function {path!r}: importing {file} raised {_describe(error)}") from None
+        raise ValueError(f"reward function {path!r}: importing {file} raised {describe_error(error)}") from None
     return module
 
 
@@ -333,7 +333,7 @@ class Loaded:
         try:
             values = self._call(**trl_arguments(problems, texts, ids, hooks))
         except Exception as error:  # a user's function may raise anything
-            raise Failure(f"raised {_describe(error)}") from error
+            raise Failure(f"raised {describe_error(error)}") from error
         return checked_values(values, len(problems))
 
     async def awaited(self, problems: Sequence[Problem], texts: Sequence[str], ids: Sequence[list[int]] | None,
@@ -342,7 +342,7 @@ class Loaded:
         try:
             values = await self._call(**trl_arguments(problems, texts, ids, hooks))
         except Exception as error:  # a user's function may raise anything
-            raise Failure(f"raised {_describe(error)}") from error
+            raise Failure(f"raised {describe_error(error)}") from error
         return checked_values(values, len(problems))
 
     def _verl(self, task: Any, problem: Problem, text: str) -> float | None | Failure:
@@ -352,7 +352,7 @@ class Loaded:
         try:
             value = self._call(data_source=source, solution_str=text, ground_truth=problem.answer, extra_info=extra)
         except Exception as error:  # a user's function may raise anything
-            failure = Failure(f"raised {_describe(error)}")
+            failure = Failure(f"raised {describe_error(error)}")
             failure.__cause__ = error
             return failure
         if isinstance(value, Mapping):
@@ -558,11 +558,6 @@ def own_verdicts(task: Any, problems: Sequence[Problem], texts: Sequence[str], o
     from credo.tasks.base import verify_each
 
     return verify_each(task, task.own_verify, problems, texts, on_error)
-
-
-def _describe(error: BaseException) -> str:
-    text = " ".join(str(error).split())
-    return f"{type(error).__name__}: {text[:200]}" if text else type(error).__name__
 
 
 def _kind(value: Any) -> str:
