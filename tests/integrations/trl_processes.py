@@ -16,15 +16,7 @@ from pathlib import Path
 
 import torch
 
-COMPLETIONS = [
-    [7, 8, 9, 4], [12, 13, 14, 15, 16, 17], [8, 4], [9, 9, 9, 4],
-    [10, 10, 4], [11, 12, 13, 14, 15, 16], [17, 4], [18, 19, 20, 21, 4],
-]
-G = 4
-
-
-def reward(completions, **_):
-    return [float(len(c[-1]["content"]) % 3) for c in completions]
+from test_trl import COMPLETIONS, G, varied_reward  # this script's folder leads sys.path when it runs
 
 
 def main(out: Path, method: str) -> None:
@@ -47,7 +39,7 @@ def main(out: Path, method: str) -> None:
         steps_per_generation=1, num_iterations=2, num_generations=G, max_completion_length=6, max_steps=2, learning_rate=1e-2,
         report_to="none", save_strategy="no", logging_strategy="no", disable_tqdm=True,
     )
-    trainer = CredoGRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=dataset,
+    trainer = CredoGRPOTrainer(model=model, reward_funcs=[varied_reward], args=args, train_dataset=dataset,
                                processing_class=tokenizer, credo_method=method)
 
     def scripted(prompt_ids, *_, **__):

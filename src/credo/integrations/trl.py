@@ -118,11 +118,11 @@ _REPLACED_ARGS = {
 default would be silently ignored, so it is an error that says what to use instead."""
 
 
-def check_trl_hooks(trainer_class: type = GRPOTrainer) -> None:
-    """A RuntimeError in one line unless `trainer_class` has each of `PRIVATE_HOOKS` with the parameters credo
+def check_trl_hooks() -> None:
+    """A RuntimeError in one line unless TRL's `GRPOTrainer` has each of `PRIVATE_HOOKS` with the parameters credo
     passes it (and `_get_per_token_logps_and_entropies` every one of `_FORWARD_KEYS`)."""
     for name, parameters in PRIVATE_HOOKS.items():
-        method = getattr(trainer_class, name, None)
+        method = getattr(GRPOTrainer, name, None)
         wanted = parameters + (_FORWARD_KEYS if name == "_get_per_token_logps_and_entropies" else ())
         found = () if method is None else tuple(inspect.signature(method).parameters)[1:]  # after self
         if found[:len(parameters)] != parameters or not set(wanted) <= set(found):
