@@ -63,9 +63,9 @@ def main() -> None:
     print("|---|---|---|---|")
     for method in main_areas:
         rate, where = choose(main_areas[method], tie_areas.get(method, {}), args.tie)
-        tried = ", ".join(f"{r:.1e}: {v:.3f} ({tie_areas.get(method, {}).get(r, float('nan')):.3f})"
+        tried = ", ".join(f"{r:.2e}: {v:.3f} ({tie_areas.get(method, {}).get(r, float('nan')):.3f})"
                           for r, v in sorted(main_areas[method].items()))
-        print(f"| `{method}` | {tried} | {rate:.1e} | {where} |")
+        print(f"| `{method}` | {tried} | {rate:.2e} | {where} |")
 
 
 if __name__ == "__main__":
