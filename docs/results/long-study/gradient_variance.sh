@@ -5,22 +5,27 @@
 # for GRPO, its 4-mini-batch form and IBPO, and 64 draws of the 4th mini-batch after 3 optimiser steps for the two
 # 4-mini-batch ones, at the configs' learning rates and again at one common rate (IBPO's tuned one: the steps before
 # the measured mini-batch move the weights by about lr each).
-# Results: docs/results/long-study/gradient_variance_*.json.
+# GRPO seed 0's final weights are committed beside this script (grpo_seed0_model/, 3.4 MB: copied from
+# runs/studies/long-main/default/grpo@tuned/seed0/model once that run finished), so the measurement needs no study run.
+# Results: docs/results/long-study/gradient_variance_*.json; a command whose JSON exists is skipped, so a killed
+# measurement resumes where it stopped (delete a JSON to measure it again).
 # Usage: bash docs/results/long-study/gradient_variance.sh IBPO_LR   (IBPO's tuned rate, as long_main.yaml sets it)
 set -euo pipefail
 LR=${1:?give the tuned learning rate of ibpo, as configs/studies/long_main.yaml sets it}
 L=configs/testbed/long
 O=docs/results/long-study
-T=runs/studies/long-main/default/grpo@tuned/seed0/model
+T=$O/grpo_seed0_model
 ALL="$L/grpo.yaml $L/grpo_4mb.yaml $L/ibpo.yaml"
 OFF="$L/grpo_4mb.yaml $L/ibpo.yaml"
-credo gradient-variance $ALL --json $O/gradient_variance_start.json
-credo gradient-variance $ALL --set model.path=$T --json $O/gradient_variance_trained.json
-credo gradient-variance $OFF --after-steps 3 --draws 64 --json $O/gradient_variance_start_off_policy.json
-credo gradient-variance $OFF --after-steps 3 --draws 64 --set model.path=$T \
-  --json $O/gradient_variance_trained_off_policy.json
-for P in start trained; do
-  case $P in start) SET=();; trained) SET=(--set model.path=$T);; esac
-  credo gradient-variance $OFF --after-steps 3 --draws 64 --set optim.lr=$LR "${SET[@]}" \
-    --json $O/gradient_variance_${P}_off_policy_common_lr.json
-done
+measure() {  # measure JSON_NAME ARGS...: one credo gradient-variance command, unless its JSON exists
+  local out=$O/gradient_variance_$1.json
+  shift
+  if [ -f "$out" ]; then echo "gradient_variance.sh: $out exists, skipped"; return; fi
+  credo gradient-variance "$@" --json "$out"
+}
+measure start $ALL
+measure trained $ALL --set model.path=$T
+measure start_off_policy $OFF --after-steps 3 --draws 64
+measure trained_off_policy $OFF --after-steps 3 --draws 64 --set model.path=$T
+measure start_off_policy_common_lr $OFF --after-steps 3 --draws 64 --set optim.lr=$LR
+measure trained_off_policy_common_lr $OFF --after-steps 3 --draws 64 --set optim.lr=$LR --set model.path=$T

@@ -46,7 +46,7 @@ from pydantic import Field, model_validator
 
 from credo.extras import require
 from credo.tasks.answer_grammar import COMPOSITE, admits, guarded
-from credo.tasks.base import TASKS, Problem, Verdict, seeded_epochs, verify_each
+from credo.tasks.base import TASKS, Problem, Verdict, describe_error, seeded_epochs, verify_each
 from credo.tasks.jsonl import _NUMBER, last_boxed
 from credo.tasks.rewards import CustomReward, RewardedTask, RewardOptions
 from credo.tasks.sandbox import Sandbox
@@ -104,11 +104,7 @@ def create_dataset(dataset: str, options: dict[str, Any], size: int, seed: int) 
     try:
         return _reasoning_gym().create_dataset(dataset, size=size, seed=seed, **options)
     except Exception as error:  # the dataset's own validation: AssertionError, ValueError, TypeError, ...
-        raise ValueError(f"{name}: invalid config {options}: {_describe(error)}") from None
-
-
-def _describe(error: Exception) -> str:
-    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        raise ValueError(f"{name}: invalid config {options}: {describe_error(error)}") from None
 
 
 class ReasoningGymConfig(RewardOptions):
@@ -160,7 +156,7 @@ class ReasoningGymConfig(RewardOptions):
             entry = probe[0]
         except Exception as error:
             raise ValueError(f"{self.name}: generating a problem with config {self.config} failed: "
-                             f"{_describe(error)}") from None
+                             f"{describe_error(error)}") from None
         bucket(entry, self.bucket_by, self.name)
         for dataset, scorer in scorers(self.dataset, probe).items():
             if not guarded(dataset, scorer):

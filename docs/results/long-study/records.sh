@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The long-horizon study's run records, committed so that the study spans sittings on machines that keep nothing
+# but the repository, and so that every report can be recomputed from the runs' own logs.
+# For each finished run (a `summary.json`) of `runs/studies/NAME`, `save` copies its `metrics.jsonl` (every step's
+# and every evaluation's record), `summary.json` and `config.yaml`, and the resolved `study.yaml`, to
+# `docs/results/long-study/records/NAME/` (the weights, checkpoints and logged samples stay behind: 3.4 MB and more
+# per run). `restore` copies them back, so that `credo compare` counts those runs as done and runs only the rest.
+# `credo report docs/results/long-study/records/NAME -o DIR` reads the records as it reads the study directory.
+# Usage, from the repository root: bash docs/results/long-study/records.sh save|restore NAME
+set -euo pipefail
+ACTION=${1:?give save or restore}
+NAME=${2:?give the study name, e.g. long-main}
+RUNS=runs/studies/$NAME
+RECORDS=docs/results/long-study/records/$NAME
+case $ACTION in
+  save) FROM=$RUNS; TO=$RECORDS;;
+  restore) FROM=$RECORDS; TO=$RUNS;;
+  *) echo "records.sh: unknown action '$ACTION' (save or restore)" >&2; exit 2;;
+esac
+[ -f "$FROM/study.yaml" ] || { echo "records.sh: $FROM holds no study.yaml; nothing to $ACTION" >&2; exit 1; }
+mkdir -p "$TO"
+cp "$FROM/study.yaml" "$TO/study.yaml"
+count=0
+while IFS= read -r summary; do
+  run=$(dirname "${summary#"$FROM"/}")
+  [ "$ACTION" = restore ] && [ -f "$TO/$run/summary.json" ] && continue
+  mkdir -p "$TO/$run"
+  # summary.json last: a run counts as finished only once its log and config are in place.
+  for file in config.yaml metrics.jsonl summary.json; do
+    cp "$FROM/$run/$file" "$TO/$run/$file.tmp" && mv "$TO/$run/$file.tmp" "$TO/$run/$file"
+  done
+  count=$((count + 1))
+done < <(find "$FROM" -name summary.json | sort)
+echo "records.sh: $ACTION $NAME: $count finished runs $FROM -> $TO"
