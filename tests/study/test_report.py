@@ -480,7 +480,7 @@ def test_without_token_checkpoints_the_areas_say_they_are_interpolated(study_dir
     assert "Areas at equal rollout tokens are interpolated between evaluations" in text
 
 
-def noisy_study(root: Path) -> Path:
+def noisy_study(root: Path, **report) -> Path:
     """Flat curves (a run's area is its height), three seeds; grpo at 0.3 on every seed, and per seed:
 
     strong: 0.3 + (0.30, 0.31, 0.32)   paired t: p ~ 0.0007
@@ -490,7 +490,7 @@ def noisy_study(root: Path) -> Path:
     heights = {"grpo": (0.3, 0.3, 0.3), "strong": (0.6, 0.61, 0.62), "marginal": (0.45, 0.5, 0.6),
                "null": (0.2, 0.3, 0.4)}
     study = {"name": "noisy", "seeds": [0, 1, 2], "methods": {m: {"config": f"{m}.yaml"} for m in heights},
-             "difficulties": {"default": {}}, "report": {"baseline": "grpo", "oracle": "strong"}}
+             "difficulties": {"default": {}}, "report": {"baseline": "grpo", "oracle": "strong", **report}}
     root.mkdir()
     (root / "study.yaml").write_text(yaml.safe_dump(study))
     for method, by_seed in heights.items():
@@ -524,6 +524,36 @@ def test_holm_removes_a_significance_the_raw_interval_shows(tmp_path):
     assert "`marginal` is not distinguishable from `grpo` (area 0.517, paired difference +0.217, interval " in text
     assert f"| not distinguishable ({2 * marginal_p():.3f}) |" in text
     assert "Holm's correction over this regime's 3 contrasts" in text
+
+
+def test_an_exploratory_cell_is_read_at_its_raw_p_outside_the_family(tmp_path):
+    """`marginal` listed under `report.exploratory`: the family shrinks to 2 contrasts (strong's Holm p is 2 p, not
+    3 p), and marginal keeps its raw p (0.039), so it is called ahead at that p, labelled exploratory everywhere."""
+    root = noisy_study(tmp_path / "study", exploratory=["marginal"])
+    text = write_report(root).read_text()
+    result = json.loads((root / "report.json").read_text())["default"]
+    rows = {r["method"]: r for r in result["methods"]}
+    marginal, strong = rows["marginal"]["auc_vs_baseline"], rows["strong"]["auc_vs_baseline"]
+    assert marginal["exploratory"] is True and marginal["p_holm"] is None
+    assert marginal["p"] == pytest.approx(marginal_p(), rel=1e-9) and marginal["verdict"] == "beats"
+    assert strong["p_holm"] == pytest.approx(2 * strong["p"]) and "exploratory" not in strong
+    assert result["family"]["contrasts"] == 2
+    assert f"| beats, exploratory (raw p {marginal_p():.3f}) |" in text
+    assert f"raw p {marginal_p():.3f}, exploratory: outside the Holm family" in text
+    assert "Holm's correction over this regime's 2 contrasts" in text
+    assert "Exploratory, outside the family (added after results were seen; verdicts at the raw p): `marginal`." in text
+
+
+def test_an_exploratory_cell_must_be_a_compared_method(tmp_path):
+    from credo.config import ConfigError
+    from credo.study.grid import load_study
+
+    path = tmp_path / "study.yaml"
+    for name in ("grpo", "missing"):
+        path.write_text(yaml.safe_dump({"name": "s", "seeds": [0], "methods": {"grpo": "g.yaml", "s_trace": "s.yaml"},
+                                        "report": {"oracle": None, "exploratory": [name]}}))
+        with pytest.raises(ConfigError, match=f"report.exploratory: '{name}' is not one of the compared methods: s_trace"):
+            load_study(path)
 
 
 def test_the_detectable_effect_after_the_correction(tmp_path):

@@ -66,6 +66,9 @@ class Contrast:
     """Two-sided p-value of the paired t-test (None with one seed)."""
     p_holm: float | None = None
     """The p-value after Holm's correction within the regime (None: not part of a corrected family)."""
+    exploratory: bool = False
+    """A contrast of a cell added after results were seen (`ReportConfig.exploratory`): outside the family, its
+    verdict read at the raw p."""
 
     @property
     def verdict(self) -> str:
@@ -84,7 +87,7 @@ class Contrast:
     def as_json(self) -> dict:
         e = self.estimate
         return {"mean": e.mean, "low": e.low, "high": e.high, "n": e.n, "sd": self.sd, "p": self.p,
-                "p_holm": self.p_holm, "verdict": self.verdict}
+                "p_holm": self.p_holm, "verdict": self.verdict, **({"exploratory": True} if self.exploratory else {})}
 
 
 def contrast(differences: list[float]) -> Contrast:
@@ -214,7 +217,8 @@ class Family:
     """A regime's family of verdicts and what it can detect."""
 
     size: int
-    """m: the contrasts with a test (each method against the baseline, and against its like-for-like baseline)."""
+    """m: the contrasts with a test (each method against the baseline, and against its like-for-like baseline),
+    exploratory cells' left out."""
     seeds: int
     """The regime's main seed count: the baseline's."""
     sd: float | None
@@ -303,11 +307,15 @@ def recovered_result(saved: dict, report: ReportConfig, difficulty: str) -> Diff
 
 
 def corrected(rows: list[MethodRow], report: ReportConfig) -> tuple[list[MethodRow], Family]:
-    """The rows with Holm-adjusted p-values over the regime's family (every contrast with a test), and the family."""
-    tested = [(i, name) for i, row in enumerate(rows) for name in ("auc_vs_baseline", "auc_vs_like")
-              if getattr(row, name) is not None and getattr(row, name).p is not None]
+    """The rows with Holm-adjusted p-values over the regime's family (every contrast with a test but those of the
+    exploratory cells, which are marked so and keep their raw p), and the family."""
+    names = ("auc_vs_baseline", "auc_vs_like")
+    rows = [replace(row, **{name: replace(getattr(row, name), exploratory=True) for name in names
+                            if getattr(row, name) is not None}) if row.method in report.exploratory else row
+            for row in rows]
+    tested = [(i, name) for i, row in enumerate(rows) for name in names
+              if getattr(row, name) is not None and getattr(row, name).p is not None and row.method not in report.exploratory]
     adjusted = holm([getattr(rows[i], name).p for i, name in tested])
-    rows = list(rows)
     for (i, name), p in zip(tested, adjusted):
         rows[i] = replace(rows[i], **{name: replace(getattr(rows[i], name), p_holm=p)})
     seeds = next(r.seeds for r in rows if r.method == report.baseline)

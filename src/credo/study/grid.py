@@ -82,6 +82,9 @@ class ReportConfig(Section):
     like_for_like: dict[str, str] = Field(default_factory=dict)
     """Per method, a second baseline run alike but for the credit (the same optimiser steps per batch, the same
     learning rate), e.g. `{s_trace: grpo_4mb}`: the table and findings add the paired difference to it."""
+    exploratory: list[str] = Field(default_factory=list)
+    """Cells added after results were seen, labelled exploratory (a study plan's rule): their contrasts keep their
+    raw 95% intervals and are read at the raw p, outside the Holm family, so adding one changes no planned verdict."""
     auc_tokens: float | None = Field(None, gt=0)
     """Rollout-token budget of the areas under the curve; None: the smallest final budget in the grid. With token
     checkpoints (`train.eval_every_tokens`) the areas end at the last checkpoint every run reached, at most this."""
@@ -196,6 +199,10 @@ def load_study(path: str | Path, output: str | Path | None = None) -> Study:
             if name not in config.methods:
                 raise ConfigError(f"{path}: report.like_for_like {method}: {like}: {name!r} is not one of the methods: "
                                   f"{', '.join(config.methods)}")
+    for method in config.report.exploratory:
+        if method not in config.methods or method == config.report.baseline:
+            raise ConfigError(f"{path}: report.exploratory: {method!r} is not one of the compared methods: "
+                              f"{', '.join(m for m in config.methods if m != config.report.baseline)}")
     target = Path(output or config.output or Path("runs") / "studies" / config.name)
     return Study(config, path.parent, target)
 

@@ -46,7 +46,10 @@ def p_text(p: float) -> str:
 
 
 def verdict_cell(c: Contrast) -> str:
-    """A contrast's verdict with its Holm-adjusted p: `beats (0.003)`; `identical` and `one seed` alone."""
+    """A contrast's verdict with its Holm-adjusted p: `beats (0.003)`; an exploratory one's with its raw p:
+    `beats, exploratory (raw p 0.030)`; `identical` and `one seed` alone."""
+    if c.exploratory and c.p is not None and c.verdict != "identical":
+        return f"{c.verdict}, exploratory (raw p {p_text(c.p)})"
     if c.p_holm is None or c.verdict == "identical":
         return c.verdict
     return f"{c.verdict} ({p_text(c.p_holm)})"
@@ -60,7 +63,9 @@ def signed(e: Estimate) -> str:
 
 
 def tested(c: Contrast) -> str:
-    """A contrast in a sentence: `signed` with its Holm-adjusted p."""
+    """A contrast in a sentence: `signed` with its Holm-adjusted p (an exploratory one's raw p, said so)."""
+    if c.exploratory and c.p is not None:
+        return signed(c.estimate) + f", raw p {p_text(c.p)}, exploratory: outside the Holm family"
     return signed(c.estimate) + ("" if c.p_holm is None else f", Holm p {p_text(c.p_holm)}")
 
 
@@ -151,6 +156,10 @@ def regime_notes(result: DifficultyResult, report: ReportConfig) -> list[Paragra
                      f"{family.level:.2g}, Bonferroni's bound, which is Holm's first step and so conservative; median "
                      f"paired sd {family.sd:.3f} of the {family.counted} contrasts at {family.seeds} seeds). A smaller "
                      "true effect may be reported as not distinguishable.")
+    exploratory = [r.method for r in result.rows if r.method in report.exploratory]
+    if exploratory:
+        notes.append(f"Exploratory, outside the family (added after results were seen; verdicts at the raw p): "
+                     f"{_names(exploratory)}.")
     grid = result.token_grid
     if grid is not None:
         areas = [f"Areas at equal rollout tokens are trapezoid means over the token checkpoints 0, "
@@ -267,7 +276,8 @@ def glossary() -> list[Block]:
         f"after Holm's (1979) correction over the regime's family (every Δ area vs the baseline and vs a like-for-like "
         f"baseline): p~_(i) = max over j <= i of min(1, (m - j + 1) p_(j)) for the sorted p-values, significant "
         f"below {ALPHA:g}; identical: every seed's difference is 0 (the same runs); one seed: no test. A raw interval "
-        "that excludes 0 with a verdict of not distinguishable did not survive the correction.",
+        "that excludes 0 with a verdict of not distinguishable did not survive the correction. exploratory: a cell "
+        "added after results were seen (`report.exploratory`), read at its raw p, outside the family.",
         "every metric's table: the paired differences to the baseline of greedy pass@1, sampled pass@1 and the "
         "largest pass@k: their areas at equal rollout tokens, at equal optimiser steps (each pair of runs over the "
         "steps both evaluated: a method that spends more tokens per step trains fewer steps) and their finals (pass@k "
