@@ -314,7 +314,8 @@ def corrected(rows: list[MethodRow], report: ReportConfig) -> tuple[list[MethodR
                             if getattr(row, name) is not None}) if row.method in report.exploratory else row
             for row in rows]
     tested = [(i, name) for i, row in enumerate(rows) for name in names
-              if getattr(row, name) is not None and getattr(row, name).p is not None and row.method not in report.exploratory]
+              if getattr(row, name) is not None and getattr(row, name).p is not None
+              and not getattr(row, name).exploratory]
     adjusted = holm([getattr(rows[i], name).p for i, name in tested])
     for (i, name), p in zip(tested, adjusted):
         rows[i] = replace(rows[i], **{name: replace(getattr(rows[i], name), p_holm=p)})
