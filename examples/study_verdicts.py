@@ -12,7 +12,8 @@ like-for-like pairs the studies name (`report.like_for_like`). The last rows giv
 its minimum detectable effect after the correction (`credo.study.analysis.Family`: 80% power at level 0.05 / m, with
 the median paired sd of the contrasts at the baseline's seed count). With `--common` the table keeps only the rows
 every column has a number for (the methods and pairs all studies ran); the family and its detectable effect still
-count every contrast of each column.
+count every contrast of each column. Two folders that report the same study (`credo report --metric` on the same
+runs, as the long study's `main` and `main-greedy`) give a column each, named by their headline metric.
 """
 
 from __future__ import annotations
@@ -28,14 +29,24 @@ from credo.study.tables import bracketed, verdict_cell
 
 
 def columns(folders: list[Path]) -> dict[str, DifficultyResult]:
-    """`{"study · difficulty": result}` for every difficulty of every report folder that has results."""
-    out = {}
+    """`{"study · difficulty": result}` for every difficulty of every report folder that has results; where two
+    folders report the same study (`credo report --metric` on the same runs), every column also names its headline
+    metric: `"study · difficulty · metric"`."""
+    found = []
     for folder in folders:
+        for name in ("study.yaml", "report.json"):
+            if not (folder / name).is_file():
+                sys.exit(f"study_verdicts.py: {folder}: no {name}; give report folders written by `credo report`")
         study = yaml.safe_load((folder / "study.yaml").read_text())
         for difficulty, report in results_from_json(folder, study).items():
             if report is not None:
-                out[f"{study['name']} · {difficulty}"] = report.result
-    return out
+                found.append((f"{study['name']} · {difficulty}", report.result))
+    names = [name for name, _ in found]
+    if len(set(names)) < len(names):
+        names = [f"{name} · {result.metric}" for name, result in found]
+    if len(set(names)) < len(names):
+        sys.exit(f"study_verdicts.py: two report folders give the same study, difficulty and metric: {names}")
+    return dict(zip(names, (result for _, result in found)))
 
 
 def cell(contrast: Contrast | None) -> str:
@@ -79,6 +90,6 @@ if __name__ == "__main__":
     arguments = sys.argv[1:]
     common = "--common" in arguments
     folders = [Path(a) for a in arguments if a != "--common"]
-    if not folders:
+    if not folders or any(a.startswith("-") and a != "--common" for a in arguments):
         sys.exit("usage: python examples/study_verdicts.py [--common] REPORT_DIR [REPORT_DIR...]")
     print(table(folders, common))

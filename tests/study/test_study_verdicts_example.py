@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import yaml
 from example_scripts import load_example
 from test_report import CURVES, SHIFT, make_run
@@ -91,3 +92,24 @@ def test_common_keeps_the_rows_every_report_has(tmp_path):
     assert rows == ["`better`", "`oracle_blame`", "contrasts in the Holm family (m)",
                     "MDE at 80% power after Holm (level 0.05 / m)"]
     assert len(verdicts.table([first, second]).splitlines()) == len(rows) + 4  # without it: `worse` and the pair
+
+
+def test_two_reports_of_the_same_runs_get_a_column_each_named_by_their_metric(tmp_path):
+    """`credo report --metric` on the same runs (the long study's `main` and `main-greedy`): the same study and
+    difficulty, so each column names its headline metric instead of the second replacing the first."""
+    verdicts = load_example("study_verdicts")
+    greedy = written_report(tmp_path / "a", "same")  # the study's headline: greedy pass@1
+    sampled = tmp_path / "sampled"
+    write_report(tmp_path / "a", sampled, headline="pass@1")
+    lines = verdicts.table([greedy, sampled]).splitlines()
+    assert lines[0] == "| method | same · default · greedy_pass@1 | same · default · pass@1 |"
+    rows = {line.split(" | ")[0].removeprefix("| "): line for line in lines[2:]}
+    # pass@1 is half of greedy pass@1 in every run (test_report.make_run), and so is each difference
+    assert rows["`better`"] == ("| `better` | +0.150 [+0.150, +0.150] beats (<0.001) | "
+                                "+0.075 [+0.075, +0.075] beats (<0.001) |")
+
+
+def test_a_folder_that_is_no_report_is_a_one_line_error(tmp_path):
+    verdicts = load_example("study_verdicts")
+    with pytest.raises(SystemExit, match=f"study_verdicts.py: {tmp_path}: no study.yaml; give report folders"):
+        verdicts.table([tmp_path])
