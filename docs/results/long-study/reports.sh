@@ -6,7 +6,8 @@
 #   decisive-retune/: phase 4's tuning on the decisive regime; decisive-fragile/: its re-run (greedy area, that
 #   regime's headline; sampled pass@1 at the end only);
 #   tuning/: phase 1, redrawn from its report.json (its runs' records were not kept);
-#   verdicts.md: every family's verdicts side by side, a column per report (examples/study_verdicts.py).
+#   verdicts.md: every family's verdicts side by side, a column per report (examples/study_verdicts.py);
+#   gradient-variance.md: the tables of gradient_variance.sh's measurements (examples/gradient_variance_table.py).
 # A study whose records are not there yet is skipped with a line saying so.
 # Usage: bash docs/results/long-study/reports.sh
 set -euo pipefail
@@ -32,3 +33,19 @@ done
 if [ ${#folders[@]} -gt 0 ]; then
   python examples/study_verdicts.py "${folders[@]}" > "$O/verdicts.md.tmp" && mv "$O/verdicts.md.tmp" "$O/verdicts.md"
 fi
+gradient_variance_table() {  # gradient_variance_table TITLE SUFFIX: the start and trained JSONs measured so far
+  local columns=() policy
+  for policy in start trained; do
+    [ -f "$O/gradient_variance_$policy$2.json" ] && columns+=("$policy=$O/gradient_variance_$policy$2.json")
+  done
+  [ ${#columns[@]} -gt 0 ] || return 0
+  printf '## %s\n\n' "$1"
+  python examples/gradient_variance_table.py "${columns[@]}"
+  printf '\n'
+}
+{
+  gradient_variance_table "At the sampling policy: the whole batch, ratio 1" ""
+  gradient_variance_table "Off policy: the 4th mini-batch after 3 optimiser steps" "_off_policy"
+} > "$O/gradient-variance.md.tmp"
+if [ -s "$O/gradient-variance.md.tmp" ]; then mv "$O/gradient-variance.md.tmp" "$O/gradient-variance.md"
+else rm "$O/gradient-variance.md.tmp"; echo "reports.sh: no gradient-variance measurements yet, skipped"; fi
