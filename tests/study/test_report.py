@@ -570,6 +570,21 @@ def test_the_detectable_effect_after_the_correction(tmp_path):
     assert "level 0.05/3 = 0.017, Bonferroni's bound, which is Holm's first step" in text
 
 
+def test_the_detectable_effect_mid_study_is_read_at_the_seeds_the_contrasts_share(tmp_path):
+    """`order: seeds` runs the baseline's next seed first: with grpo at 4 seeds and the rest at 3, every contrast
+    pairs 3 seeds, and the family's detectable effect is the finished 3-seed study's."""
+    from credo.study.stats import detectable
+
+    root = noisy_study(tmp_path / "study")
+    study = yaml.safe_load((root / "study.yaml").read_text())
+    (root / "study.yaml").write_text(yaml.safe_dump({**study, "seeds": [0, 1, 2, 3]}))
+    make_run(root / "default" / "grpo" / "seed3", "grpo", 3, (0.3,) * 3)
+    write_report(root)
+    family = json.loads((root / "report.json").read_text())["default"]["family"]
+    assert family["seeds"] == 3 and family["mde"] == pytest.approx(detectable(statistics.stdev([0.15, 0.2, 0.3]), 3,
+                                                                             0.05 / 3))
+
+
 def test_a_finding_whose_metrics_disagree_says_so_first(study_dir):
     """`better` is ahead on every greedy measure and on final pass@1, but its final pass@4 (min(1, 1.5 y): 1.0 and
     1.0 against 0.9 and 0.93) has an interval spanning 0 over two seeds."""

@@ -220,7 +220,7 @@ class Family:
     """m: the contrasts with a test (each method against the baseline, and against its like-for-like baseline),
     exploratory cells' left out."""
     seeds: int
-    """The regime's main seed count: the baseline's."""
+    """The paired seeds of most of its contrasts (`family_seeds`)."""
     sd: float | None
     """The median paired sd of the family's contrasts at `seeds` (identical runs, sd 0, left out)."""
     counted: int
@@ -306,6 +306,13 @@ def recovered_result(saved: dict, report: ReportConfig, difficulty: str) -> Diff
                             compared_metrics(metric, reported), [metric], None, family, per_seed=False)
 
 
+def family_seeds(paired: list[int], baseline: int) -> int:
+    """The family's seed count: the most common number of paired seeds of its contrasts (the larger on a tie), or the
+    baseline's with no contrast. Once every run has finished it is every contrast's; mid-study (`order: seeds`) the
+    baseline may lead the others by a seed, and the family is read at the seeds its contrasts share."""
+    return max(set(paired), key=lambda n: (paired.count(n), n)) if paired else baseline
+
+
 def corrected(rows: list[MethodRow], report: ReportConfig) -> tuple[list[MethodRow], Family]:
     """The rows with Holm-adjusted p-values over the regime's family (every contrast with a test but those of the
     exploratory cells, which are marked so and keep their raw p), and the family."""
@@ -319,7 +326,8 @@ def corrected(rows: list[MethodRow], report: ReportConfig) -> tuple[list[MethodR
     adjusted = holm([getattr(rows[i], name).p for i, name in tested])
     for (i, name), p in zip(tested, adjusted):
         rows[i] = replace(rows[i], **{name: replace(getattr(rows[i], name), p_holm=p)})
-    seeds = next(r.seeds for r in rows if r.method == report.baseline)
+    seeds = family_seeds([getattr(rows[i], name).estimate.n for i, name in tested],
+                         next(r.seeds for r in rows if r.method == report.baseline))
     sds = [getattr(rows[i], name).sd for i, name in tested
            if getattr(rows[i], name).estimate.n == seeds and getattr(rows[i], name).sd > 0]
     sd = statistics.median(sds) if sds else None
