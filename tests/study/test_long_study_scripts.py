@@ -60,3 +60,24 @@ def test_the_phase0_table_reads_finished_runs_only(tmp_path, monkeypatch, capsys
     mechanisms.main()
     out = capsys.readouterr().out
     assert "| `grpo` | 40,002 |" in out and "`credit/trace_token_share` 0.2" in out and "`vine`" not in out
+
+
+def test_the_checkpoint_table_reads_finished_runs_at_their_token_checkpoints(tmp_path):
+    checkpoints = script("checkpoints")
+    (tmp_path / "study.yaml").write_text("name: s\nmethods: {grpo: g.yaml, fast: f.yaml}\nreport: {baseline: grpo}\n")
+    for method, seed, sampled, norm, finished in (("grpo", 0, 0.4, 0.05, True), ("grpo", 1, 0.6, 0.07, True),
+                                                  ("fast", 0, 0.7, 0.2, True), ("fast", 1, 0.9, 9.0, False)):
+        run = tmp_path / "default" / method / f"seed{seed}"
+        run.mkdir(parents=True)
+        records = [{"step": 0, "token_checkpoint": 0, "eval": {"greedy_pass@1": 0.2, "pass@1": 0.2}},
+                   *({"step": s, "grad_norm": norm * s, "entropy/mean": 0.04 - 0.01 * s} for s in (1, 2, 3, 4)),
+                   {"step": 4, "token_checkpoint": 300000, "eval": {"greedy_pass@1": 0.8, "pass@1": sampled}},
+                   {"step": 4, "eval": {"greedy_pass@1": 0.1, "pass@1": 0.1}}]  # not at a token checkpoint
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        if finished:
+            (run / "summary.json").write_text("{}")
+    lines = checkpoints.table(tmp_path).splitlines()
+    assert lines[0].startswith("| cell | seeds | greedy pass@1 at 0 / 300k | sampled pass@1 at 0 / 300k |")
+    # grpo: median grad norm 2.5 x its 0.05 and 0.07, entropy 0.03 (step 1) -> 0.0 (step 4)
+    assert lines[2] == "| `grpo` | 2 | 0.20 / 0.80 | 0.20 / 0.50 | 0.0300 → 0.0000 | 0.15 (1.0x) |"
+    assert lines[3] == "| `fast` | 1 | 0.20 / 0.80 | 0.20 / 0.70 | 0.0300 → 0.0000 | 0.5 (3.3x) |"

@@ -6,6 +6,8 @@
 #   decisive-retune/: phase 4's tuning on the decisive regime; decisive-fragile/: its re-run (greedy area, that
 #   regime's headline; sampled pass@1 at the end only);
 #   tuning/: phase 1, redrawn from its report.json (its runs' records were not kept);
+#   checkpoints-main.md, checkpoints-survey.md: each cell's mean curves at the token checkpoints, its token entropy
+#   and gradient norm (checkpoints.py);
 #   verdicts.md: every family's verdicts side by side, a column per report (examples/study_verdicts.py);
 #   gradient-variance.md: the tables of gradient_variance.sh's measurements (examples/gradient_variance_table.py).
 # A study whose records are not there yet is skipped with a line saying so.
@@ -26,6 +28,11 @@ report long-survey survey-greedy --metric greedy_pass@1
 report plan-decisive-retune decisive-retune
 report decisive-fragile decisive-fragile
 credo report "$O/tuning" --from-json
+for family in main survey; do
+  if [ -f "$R/long-$family/study.yaml" ]; then
+    python "$O/checkpoints.py" "$R/long-$family" > "$O/checkpoints-$family.md.tmp" && mv "$O/checkpoints-$family.md.tmp" "$O/checkpoints-$family.md"
+  fi
+done
 folders=()
 for output in main main-greedy survey survey-greedy decisive-fragile; do
   [ -f "$O/$output/report.json" ] && folders+=("$O/$output")
