@@ -66,9 +66,10 @@ def table(study: Path, difficulty: str = "default") -> str:
     points = sorted({k for c in cells.values() for k in c["sampled"]})
     reference = cells.get(baseline, {}).get("grad_norm")
     heads = " / ".join(tokens(k) for k in points)
-    lines = [f"| cell | seeds | greedy pass@1 at {heads} | sampled pass@1 at {heads} | token entropy, first → last "
-             f"quarter | median grad norm{f' (x `{baseline}`)' if reference else ''} |",
-             "|---|---|---|---|---|---|"]
+    norm_head = f"median grad norm (x `{baseline}`)" if reference else "median grad norm"
+    head = (f"| cell | seeds | greedy pass@1 at {heads} | sampled pass@1 at {heads} | token entropy, first → last "
+            f"quarter | {norm_head} |")
+    lines = [head, "|---|---|---|---|---|---|"]
     for label, c in cells.items():
         curve = {metric: " / ".join(f"{c[metric][k]:.2f}" if k in c[metric] else "–" for k in points)
                  for metric in ("greedy", "sampled")}
