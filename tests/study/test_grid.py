@@ -222,3 +222,15 @@ def test_a_setting_credo_gained_since_a_run_does_not_orphan_it(tmp_path):
     (cell.run_dir / "config.yaml").write_text(dump(cell.config).replace("tf32: null", "tf32: true"))
     with pytest.raises(ConfigError, match=r"model\.tf32"):
         check_unchanged(cell)
+
+
+def test_the_studies_guides_study_file_loads(tmp_path):
+    """docs/guides/studies.md's annotated study file is a valid one (every key it shows, as it shows them)."""
+    import re
+
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "guides" / "studies.md").read_text()
+    block = re.search(r"```yaml\n(name: testbed-hard\n.*?)```", guide, re.S)
+    assert block, "docs/guides/studies.md: the study-file example moved"
+    (tmp_path / "study.yaml").write_text(block.group(1))
+    study = load_study(tmp_path / "study.yaml")
+    assert list(study.config.methods) == ["grpo", "gspo", "dapo"] and study.config.report.exploratory == ["dapo"]
