@@ -1,6 +1,6 @@
 """The testbed model: a small Llama trained from scratch on noisy `arith` solution traces.
 
-`build_testbed(config)` trains a `LlamaForCausalLM` (about 0.6M parameters, a character tokenizer of its
+`build_testbed(config)` trains a `LlamaForCausalLM` (about 0.65M parameters, a character tokenizer of its
 own with single tokens for `</thought>` and `\\boxed{`, and a chat template) by supervised learning on
 solution traces from the noise model of `credo.tasks.arith` (systematic misconceptions plus rare random
 slips), so that the starting policy solves short chains often and long chains rarely, and its errors sit at
@@ -8,9 +8,9 @@ steps RL can fix. The result is a standard Hugging Face model directory (`from_p
 cached under `$CREDO_CACHE/testbed/<hash of the config>` and written atomically; building is
 deterministic for a given config and machine.
 
-Shipped models. The models of the default config and of the hard regime ship with the package
-(`credo/testbed_models/<hash>/`, listed with each file's SHA-256 in `manifest.json`): `build_testbed` copies a
-shipped model into the cache after checking every file's hash, so a first run trains at once and every
+Shipped models. The models of the default config and of the hard, no-cancel and long-horizon regimes ship with the
+package (`credo/testbed_models/<hash>/`, listed with each file's SHA-256 in `manifest.json`): `build_testbed`
+copies a shipped model into the cache after checking every file's hash, so a first run trains at once and every
 machine starts from the same weights (an SFT on another CPU lands on other weights: float kernels differ).
 `build_testbed(..., shipped=False)` (`credo testbed build`) trains from scratch.
 """
