@@ -8,7 +8,8 @@ a token receives is `-B * dLoss/dlogp` (`credo.diagnostics`): positive pushes it
   documented exceptions: IBPO's shaping (a repairable failure is a near miss and may earn positive credit,
   but only on the tokens its successful revision kept; docs/methods.md sec. 5, "Readings we chose"), and
   KTAE's key tokens (a failure's token whose presence goes with success in its group, key-token value > 0;
-  docs/methods.md sec. 9).
+  docs/methods.md sec. 9), and the Monte-Carlo step values (vine, SPO-chain, SPO-tree: a failure's step that
+  raised its estimated value; sec. 8 and 11).
 - IBPO: the edited tokens of a repaired failure are never credited, its unedited tokens never blamed.
 - P-/S-trace (default): no token's own ratio outside PPO's clip range carries a gradient in the direction
   that takes it further out, and the history reweights a token's gradient by at most `history_cap`.
