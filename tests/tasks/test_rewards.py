@@ -171,22 +171,25 @@ def test_zero_policy_scores_only_the_failing_rows_zero(rewards, tmp_path, caplog
     assert f"reward function {rewards}:{function}" in caplog.text and "'q2'" in caplog.text
 
 
-def test_a_failed_batch_is_retried_row_by_row(rewards, tmp_path):
+def test_a_batch_of_the_wrong_length_fails_every_row(rewards, tmp_path):
+    """`wrong_length` returns [0.5] whatever it is given: called again row by row, its one value would fit each row
+    by construction (as TRL, which stops at a reward tensor of the wrong shape, credo takes no value from it)."""
     task = jsonl_task(tmp_path, f"{rewards}:wrong_length")
     rows = problems(task)
-    # the batch call returns 1 value for 4 rows; called row by row it is right
-    verdicts, errors = verify_all(task, rows, ["a", "b", "c", "d"], "raise")
-    assert [v.reward for v in verdicts] == [0.5] * 4 and errors == 0
+    with pytest.raises(RuntimeError, match=rf"^reward function {rewards}:wrong_length returned 1 values for 4 rows "):
+        verify_all(task, rows, ["a", "b", "c", "d"], "raise")
+    verdicts, errors = verify_all(task, rows, ["a", "b", "c", "d"], "zero")
+    assert [v.reward for v in verdicts] == [0.0] * 4 and errors == 4
 
 
 def test_wrong_length_is_an_error(rewards, tmp_path):
     task = jsonl_task(tmp_path, f"{rewards}:empty")
-    with pytest.raises(RuntimeError, match=rf"^reward function {rewards}:empty returned 0 values for 1 rows on prompt 'q1'"):
+    with pytest.raises(RuntimeError, match=rf"^reward function {rewards}:empty returned 0 values for 4 rows on prompt 'q1'"):
         verify_all(task, problems(task), ["a", "b", "c", "d"], "raise")
     verdicts, errors = verify_all(task, problems(task), ["a", "b", "c", "d"], "zero")
     assert errors == 4 and [v.reward for v in verdicts] == [0.0] * 4
     task = jsonl_task(tmp_path, f"{rewards}:scalar")
-    with pytest.raises(RuntimeError, match=rf"^reward function {rewards}:scalar returned a float \(0.5\), not a list of 1 "
+    with pytest.raises(RuntimeError, match=rf"^reward function {rewards}:scalar returned a float \(0.5\), not a list of 4 "
                                            "numbers or None on prompt 'q1'"):
         verify_all(task, problems(task), ["a", "b", "c", "d"], "raise")
 
@@ -475,8 +478,8 @@ def test_trls_keywords_reach_functions_and_their_logs_reach_the_run(tmp_path, mo
     train(config, tmp_path / "run", show_progress=False)
     import kw_rewards
 
-    probe, *calls = kw_rewards.SEEN  # the check of the rows' shapes, on one row before anything is sampled
-    assert probe[:2] == (0, 4) and len(probe[2]) == 1 and probe[2][0] > 0
+    probe, *calls = kw_rewards.SEEN  # the check of the rows' shapes, on one row twice before anything is sampled
+    assert probe[:2] == (0, 4) and len(probe[2]) == 2 and probe[2][0] == probe[2][1] > 0
     # in optimiser steps, as TRL counts them (2 per step): the first evaluation, each step's sampling, the last
     # in optimiser steps, as TRL counts them (2 per step): the first evaluation (greedy, sampled), each step's
     # sampling, the last evaluation
@@ -507,7 +510,7 @@ def test_a_function_that_cannot_take_the_rows_shape_stops_the_run_before_samplin
     monkeypatch.delitem(sys.modules, "docs_rewards", raising=False)
     config = load_config(None, [*TINY, "train.steps=1", "task.reward=docs_rewards:content_length"])
     with pytest.raises(ValueError, match=r"^reward function docs_rewards:content_length raised TypeError: string "
-                                         r"indices must be integers.* when called on the first training row \(a "
+                                         r"indices must be integers.* when called on a batch of the first training row twice \(a "
                                          r"plain-text row: prompts and completions are strings\) with its answer "):
         train(config, tmp_path / "run", show_progress=False)
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
@@ -516,3 +519,21 @@ def test_a_function_that_cannot_take_the_rows_shape_stops_the_run_before_samplin
         train(zero, tmp_path / "zero", show_progress=False)
     assert any("plain-text row" in r.getMessage() and "score 0" in r.getMessage() for r in caplog.records)
     sys.modules.pop("docs_rewards")
+
+
+def test_a_function_returning_one_value_for_any_batch_stops_the_run_before_sampling(tmp_path, monkeypatch):
+    """The pre-sampling check calls the function on a batch of two rows: a function that returns one value
+    whatever it is given (which a one-row call cannot tell from a right one) stops the run there."""
+    from tiny import TINY
+
+    from credo.train import train
+
+    (tmp_path / "one_value.py").write_text("def reward(prompts, completions, **kw):\n    return [1.0]\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "one_value", raising=False)
+    config = load_config(None, [*TINY, "train.steps=1", "task.reward=one_value:reward"])
+    with pytest.raises(ValueError, match=r"^reward function one_value:reward returned 1 values for 2 rows when called "
+                                         r"on a batch of the first training row twice"):
+        train(config, tmp_path / "run", show_progress=False)
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+    sys.modules.pop("one_value")

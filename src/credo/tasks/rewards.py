@@ -57,8 +57,8 @@ response (`CustomReward.check_shapes`): one that cannot take the rows' shape fai
 A function that raises or returns something other than a number or None (or, in the trl style, not a list
 with one value per row) follows `rollout.reward_errors`: "raise" stops with a one-line error naming the
 function and the row's prompt, "zero" scores that row 0 with a warning and counts it in
-`rollout/reward_errors`. A trl-style function that fails on a batch is called again row by row, to find the
-rows at fault (the others keep their values). Responses are only ever passed to the functions as strings:
+`rollout/reward_errors`. A trl-style function that raises on a batch is called again row by row, to find the
+rows at fault (the others keep their values); one that returns a batch of the wrong shape fails every row of it. Responses are only ever passed to the functions as strings:
 credo never evaluates them.
 """
 
@@ -276,6 +276,11 @@ class Failure(Exception):
     """A reward function failed on a row: what went wrong, in words."""
 
 
+class BatchShapeFailure(Failure):
+    """A trl-style function returned a batch of the wrong shape (not a list, or not one value per row): no row can
+    be blamed, since calling it again row by row would fit one value to each row by construction."""
+
+
 @dataclass
 class Loaded:
     """A loaded reward function of the config."""
@@ -316,8 +321,8 @@ class Loaded:
                 batch = failure
         if not isinstance(batch, Failure):
             return batch
-        if len(problems) == 1:
-            return [batch]
+        if len(problems) == 1 or isinstance(batch, BatchShapeFailure):
+            return [batch] * len(problems)
         out: list[float | None | Failure] = []
         for row, (problem, text) in enumerate(zip(problems, texts)):  # find the rows at fault
             try:
@@ -393,9 +398,9 @@ def checked_values(values: Any, rows: int) -> list[float | None | Failure]:
     """A trl-style function's return value as one number, None or `Failure` per row; a `Failure` raised for a
     return value that is not a list of `rows` values."""
     if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Sequence):
-        raise Failure(f"returned {_kind(values)}, not a list of {rows} numbers or None")
+        raise BatchShapeFailure(f"returned {_kind(values)}, not a list of {rows} numbers or None")
     if len(values) != rows:
-        raise Failure(f"returned {len(values)} values for {rows} rows")
+        raise BatchShapeFailure(f"returned {len(values)} values for {rows} rows")
     out: list[float | None | Failure] = []
     for value in values:
         try:
@@ -462,20 +467,21 @@ class CustomReward:
         return cls(functions, getattr(config, "correct_at", 1.0)) if functions else None
 
     def check_shapes(self, task: Any, problem: Problem, completion_ids: list[int], on_error: str) -> None:
-        """Each function called once, before any sampling, on `problem` (the first training row) with its answer as
-        the response (`completion_ids` that answer's tokens): one that fails on the rows' shape (message lists on a
-        conversational dataset, strings on a plain-text one), or on anything else, is a one-line ValueError naming
-        it and the shape it was given; a warning under `rollout.reward_errors=zero`. What it logs is dropped."""
+        """Each function called once, before any sampling, on a batch of two rows, `problem` (the first training row)
+        twice with its answer as the response (`completion_ids` that answer's tokens): one that fails on the rows'
+        shape (message lists on a conversational dataset, strings on a plain-text one), returns other than one value
+        per row, or fails on anything else, is a one-line ValueError naming it and the shape it was given; a warning
+        under `rollout.reward_errors=zero`. What it logs is dropped."""
         hooks = {"trainer_state": RewardState(max_steps=self.state.max_steps),
                  "log_extra": lambda column, values: None, "log_metric": lambda name, value: None}
         shape = ("a conversational row: prompts are message lists and each completion [{'role': 'assistant', "
                  "'content': text}]" if isinstance(problem.prompt, ChatPrompt)
                  else "a plain-text row: prompts and completions are strings")
         for loaded in self.functions:
-            value = loaded.scores(task, [problem], [problem.answer], [completion_ids], hooks)[0]
+            value = loaded.scores(task, [problem] * 2, [problem.answer] * 2, [completion_ids] * 2, hooks)[0]
             if not isinstance(value, Failure):
                 continue
-            message = (f"reward function {loaded.path} {value} when called on the first training row ({shape}) "
+            message = (f"reward function {loaded.path} {value} when called on a batch of the first training row twice ({shape}) "
                        f"with its answer {short_repr(problem.answer, 40)} as the response")
             if on_error == "raise":
                 raise ValueError(f"{message}; fix the function, or set rollout.reward_errors=zero to score the "
