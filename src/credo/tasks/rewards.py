@@ -51,8 +51,9 @@ how many). The custom reward replaces the task's own scoring of the reward, and 
 `reward >= correct_at`. Step checkers stay a task feature: on a task that checks steps (`arith`), the task's
 own verifier still gives `first_wrong_step` and `error_kind`.
 
-Before anything is sampled, `credo train` calls each function once on the first training row, its answer as the
-response (`CustomReward.check_shapes`): one that cannot take the rows' shape fails there, naming the shape.
+Before anything is sampled, `credo train` calls each function once on a batch of two rows, the first training row
+twice with its answer as the response (`CustomReward.check_shapes`): one that cannot take the rows' shape, or returns
+other than one value per row, fails there, naming the shape.
 
 A function that raises or returns something other than a number or None (or, in the trl style, not a list
 with one value per row) follows `rollout.reward_errors`: "raise" stops with a one-line error naming the
