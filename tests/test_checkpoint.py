@@ -395,3 +395,21 @@ def test_written_files_and_folders_follow_the_umask(tmp_path, umask):
     assert (tmp_path / "checkpoints" / "step_1").stat().st_mode & 0o777 == 0o777 & ~umask
     assert (tmp_path / "plots" / "curve.png").stat().st_mode & 0o777 == 0o666 & ~umask
     assert io.current_umask() == old
+
+
+def test_a_run_that_fails_before_writing_anything_leaves_no_directory(tmp_path, monkeypatch):
+    """A missing dataset stops `credo train` before anything is written: the run directory the lock made is gone,
+    so the next run takes the same default name; a directory that existed before stays, as does one with files."""
+    monkeypatch.chdir(tmp_path)
+    missing = [arg for setting in [*TINY, "task.name=dataset", "task.path=missing.parquet"] for arg in ("--set", setting)]
+    for _ in range(2):
+        result = CliRunner().invoke(app, ["train", *missing])
+        assert result.exit_code == 2 and "missing.parquet does not exist" in result.output
+        assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    assert CliRunner().invoke(app, ["train", *missing, "-o", str(kept)]).exit_code == 2
+    assert kept.is_dir() and [p.name for p in kept.iterdir()] == [".lock"]
+    with RunDirectory(tmp_path / "fresh").lock():
+        (tmp_path / "fresh" / "note.txt").write_text("written")
+    assert (tmp_path / "fresh" / "note.txt").is_file()

@@ -188,7 +188,10 @@ class RunDirectory:
         file of the directory (`credo.io.open_own_file`) or a symbolic link or special file stands among the
         entries of the directory, `checkpoints/` or `plots/` (`refuse_links`): what credo writes, removes or
         locks there stays in the directory, and no read of a run's file blocks on a FIFO or a device.
+        A directory the lock created that holds nothing but `.lock` when the block ends (a run that failed before
+        it wrote anything: a missing dataset, a bad model path) is removed, so a failed start leaves no run behind.
         """
+        created = not self.root.exists()
         self.root.mkdir(parents=True, exist_ok=True)
         fd = open_own_file(self.root / LOCK_FILE, os.O_RDWR | os.O_CREAT)
         try:
@@ -207,6 +210,10 @@ class RunDirectory:
                 yield
             finally:
                 os.ftruncate(fd, 0)
+                if created and [p.name for p in self.root.iterdir()] == [LOCK_FILE]:
+                    with contextlib.suppress(OSError):  # never mask the error that ended the block
+                        (self.root / LOCK_FILE).unlink()
+                        self.root.rmdir()
         finally:
             os.close(fd)
 
