@@ -271,6 +271,33 @@ def test_invalid_yaml_names_the_file(tmp_path):
         load_config(path)
 
 
+def test_invalid_yaml_is_one_line_at_its_position(tmp_path):
+    path = write(tmp_path, "optim: {lr: 1e-5\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == (f"{path} is not valid YAML: line 2, column 1: expected ',' or '}}', but got "
+                               "'<stream end>' (while parsing a flow mapping)")
+
+
+@pytest.mark.parametrize("text", ["method: grpo\nmethod: gspo\n", "optim:\n  lr: 1.0e-4\n  lr: 2.0e-4\n"])
+def test_a_key_written_twice_is_an_error_naming_it(tmp_path, text):
+    """PyYAML keeps the last of two equal keys without a word; a config refuses them."""
+    path = write(tmp_path, text)
+    key = text.split(":")[0] if text.startswith("method") else "lr"
+    with pytest.raises(ConfigError, match=rf"^{re.escape(path)} is not valid YAML: line [23], column \d+: the key "
+                                          rf"'{key}' is written twice in one mapping$"):
+        load_config(path)
+
+
+def test_a_binary_file_or_a_directory_is_named(tmp_path):
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(binary))} is not a UTF-8 text file \(byte 0: "):
+        load_config(binary)
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(tmp_path))} is a directory, not a YAML config file$"):
+        load_config(tmp_path)
+
+
 @pytest.mark.parametrize("text", ["- optim\n- rollout\n", "just a string\n", "42\n"])
 def test_top_level_must_be_a_mapping(tmp_path, text):
     path = write(tmp_path, text)

@@ -41,15 +41,38 @@ from credo.tasks.base import short_repr
 
 
 class YamlLoader(yaml.SafeLoader):
-    """YAML 1.1's safe loader, but `1e-5` is a float (PyYAML reads exponents without a dot as strings), and an
-    alias (`*name`, `<<: *name`) is an error: without them a config is no larger than its file (an alias bomb
-    expands a few lines into gigabytes)."""
+    """YAML 1.1's safe loader, but `1e-5` is a float (PyYAML reads exponents without a dot as strings), an alias
+    (`*name`, `<<: *name`) is an error (without them a config is no larger than its file: an alias bomb expands a
+    few lines into gigabytes), and so is a key written twice in one mapping (PyYAML keeps the last silently, so a
+    pasted `method:` would quietly replace the first)."""
 
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
         if self.check_event(yaml.AliasEvent):
             raise yaml.composer.ComposerError(None, None, "aliases (*name) are not allowed in a credo config; "
                                               "write the value out", self.peek_event().start_mark)
         return super().compose_node(parent, index)
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, (str, int, float, bool)) or key is None:
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"the key {key!r} is written twice in one "
+                                                            "mapping", key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def yaml_problem(error: yaml.YAMLError) -> str:
+    """A YAML error in one line: `line 2, column 8: expected ',' or '}', but got '<stream end>' (while parsing a
+    flow mapping)`, the position of its problem, 1-based."""
+    if isinstance(error, yaml.MarkedYAMLError):
+        mark = error.problem_mark or error.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        context = f" ({error.context})" if error.context else ""
+        return f"{where}{error.problem or 'not valid'}{context}"
+    return " ".join(str(error).split())
 
 
 YamlLoader.add_implicit_resolver(
@@ -329,7 +352,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     try:
         value = yaml.load(raw, Loader=YamlLoader)
     except yaml.YAMLError as error:
-        raise ConfigError(f"override {text!r}: the value is not valid YAML: {' '.join(str(error).split())}") from None
+        raise ConfigError(f"override {text!r}: the value is not valid YAML: {yaml_problem(error)}") from None
     return path, value
 
 
@@ -386,11 +409,17 @@ def base_files(bases: Any, where: str) -> list[str]:
 def read_yaml_mapping(path: Path, what: str) -> dict[str, Any]:
     """A YAML file whose top level must be a mapping; errors name the file."""
     try:
-        data = yaml.load(path.read_text(), Loader=YamlLoader) or {}
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=YamlLoader) or {}
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path} is a directory, not a YAML config file") from None
+    except NotADirectoryError:
+        raise ConfigError(f"config file {path}: a part of its path is a file, not a directory") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path} is not a UTF-8 text file (byte {error.start}: {error.reason})") from None
     except yaml.YAMLError as error:
-        raise ConfigError(f"{path} is not valid YAML: {error}") from None
+        raise ConfigError(f"{path} is not valid YAML: {yaml_problem(error)}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be {what}")
     return data
