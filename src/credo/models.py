@@ -23,8 +23,31 @@ from credo.rollout.generate import TransformersBackend
 from credo.rollout.options import RolloutOptions
 
 
+def check_model_path(config: ModelConfig) -> None:
+    """That `config.path` names a model, checked without loading anything (`credo compare` checks every cell so
+    before its first run): 'testbed', an installed preset, an existing .gguf file or a directory holding a
+    config.json; a FileNotFoundError naming `model.path` otherwise."""
+    if config.path == "testbed":
+        return
+    if config.path in PRESETS:
+        preset_file(config.path)
+        return
+    path = Path(config.path).expanduser()
+    accepted = (f"give a directory saved with save_pretrained, a .gguf file, 'testbed' or a preset "
+                f"({', '.join(PRESETS)})")
+    if path.suffix == ".gguf" and not path.is_file():
+        raise FileNotFoundError(f"model.path = {config.path!r}: no such GGUF file")
+    if path.suffix != ".gguf" and not path.exists():
+        raise FileNotFoundError(f"model.path = {config.path!r} does not exist; {accepted}")
+    if path.suffix != ".gguf" and not (path / "config.json").exists():
+        raise FileNotFoundError(
+            f"model.path = {config.path!r}: not a Hugging Face model directory (no config.json there); {accepted}")
+
+
 def resolve_model_path(config: ModelConfig) -> Path:
-    """The model directory for `config.path`, building or converting (once, cached) where needed."""
+    """The model directory for `config.path` (`check_model_path`), building or converting (once, cached) where
+    needed."""
+    check_model_path(config)
     if config.path == "testbed":
         from credo.testbed import TestbedConfig, build_testbed
 
@@ -32,14 +55,7 @@ def resolve_model_path(config: ModelConfig) -> Path:
     if config.path in PRESETS:
         return converted_directory(preset_file(config.path))
     path = Path(config.path).expanduser()
-    if path.suffix == ".gguf":
-        return converted_directory(path)
-    if not (path / "config.json").exists():
-        raise FileNotFoundError(
-            f"model.path = {config.path!r}: not a Hugging Face model directory (no config.json there); give a "
-            f"directory saved with save_pretrained, a .gguf file, 'testbed' or a preset ({', '.join(PRESETS)})"
-        )
-    return path
+    return converted_directory(path) if path.suffix == ".gguf" else path
 
 
 def load_tokenizer(path: Path):

@@ -94,11 +94,17 @@ def test_study_file_errors_name_the_key(tmp_path, changes, message):
         load_study(write_study(tmp_path, **changes))
 
 
-def test_a_bad_cell_fails_before_anything_runs(tmp_path):
-    path = write_study(tmp_path, methods={"grpo": str(CONFIGS / "grpo.yaml"),
-                                          "broken": {"config": str(CONFIGS / "grpo.yaml"), "set": {"optim": {"lr": -1}}}},
-                       report={"oracle": None})
-    with pytest.raises(ConfigError, match=r"tiny: method broken, difficulty default, seed 0:\n  optim.lr"):
+@pytest.mark.parametrize("broken, message", [
+    ({"config": str(CONFIGS / "grpo.yaml"), "set": {"optim": {"lr": -1}}},
+     r"tiny: method broken, difficulty default, seed 0:\n  optim.lr"),
+    ({"config": str(CONFIGS / "grpo.yaml"), "set": {"model": {"path": "no/such/model"}}},
+     r"^tiny: method broken, difficulty default, seed 0: model.path = 'no/such/model' does not exist; give a "),
+    ({"config": "missing.yaml"}, r"^tiny: method broken: config file .*missing.yaml does not exist$"),
+], ids=["bad value", "model path", "missing config"])
+def test_a_bad_cell_fails_before_anything_runs(tmp_path, broken, message):
+    """The bad cell comes second: nothing of the first runs either."""
+    path = write_study(tmp_path, methods={"grpo": str(CONFIGS / "grpo.yaml"), "broken": broken}, report={"oracle": None})
+    with pytest.raises(ConfigError, match=message):
         run_study(load_study(path), log=lambda _: None)
     assert not (tmp_path / "out" / "default").exists()
 

@@ -155,17 +155,27 @@ class Study:
     output: Path
 
     def cells(self) -> list[Cell]:
-        """Every run of the grid, validated (a bad config is an error naming the cell, before anything runs)."""
+        """Every run of the grid, validated (a bad config or a model path that names no model is an error naming
+        the cell, before anything runs)."""
+        from credo.models import check_model_path
+
         out = []
         for difficulty, overrides in self.config.difficulties.items():
             difficulty_set = self.with_bases(overrides, f"{self.config.name}: difficulty {difficulty}")
             for method, entry in self.config.methods.items():
-                data = read_config_file(self.root / entry.config)
+                try:
+                    data = read_config_file(self.root / entry.config)
+                except ConfigError as error:
+                    raise ConfigError(f"{self.config.name}: method {method}: {error}") from None
                 for layer in (self.config.set, difficulty_set, entry.set):
                     data = deep_merge(data, layer)
                 for seed in self.config.seeds_of(method):
                     where = f"{self.config.name}: method {method}, difficulty {difficulty}, seed {seed}"
                     config = validate(deep_merge(data, {"train": {"seed": seed}}), where)
+                    try:
+                        check_model_path(config.model)
+                    except FileNotFoundError as error:
+                        raise ConfigError(f"{where}: {error}") from None
                     out.append(Cell(difficulty, method, seed, config, run_path(self.output, difficulty, method, seed)))
         if self.config.order == "seeds":
             rank = {seed: i for i, seed in enumerate(dict.fromkeys(
