@@ -126,8 +126,19 @@ def first_area(report: dict, method: str) -> list[float]:
 
 
 def test_report_errors(study_dir, tmp_path):
+    from credo.config import ConfigError
+
     with pytest.raises(FileNotFoundError, match="not a study directory"):
         write_report(tmp_path)
+    (tmp_path / "study.yaml").write_text("name: s\nmethods: {grpo: g.yaml}\n")
+    with pytest.raises(ConfigError, match=r"study.yaml: not a study file written by `credo compare` \(no seeds, "
+                                          r"difficulties\)$"):
+        write_report(tmp_path)
+    (tmp_path / "study.yaml").write_text((study_dir / "study.yaml").read_text())
+    for text, says in (("{bad", "Expecting property name"), ('{"default": 1}', "a mapping of difficulties")):
+        (tmp_path / "report.json").write_text(text)
+        with pytest.raises(ValueError, match=rf"report.json: not the JSON `credo report` writes \(.*{says}"):
+            write_report(tmp_path, from_json=True)
     for seed in (0, 1):
         (study_dir / "default" / "grpo" / f"seed{seed}" / "summary.json").unlink()
     with pytest.raises(ValueError, match="the baseline 'grpo' has no finished run"):

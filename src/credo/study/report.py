@@ -25,7 +25,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from credo.config import read_yaml_mapping
+from credo.config import ConfigError, read_yaml_mapping
 from credo.io import path_inside, write_text_atomic
 from credo.study.document import Block, Bullets, Code, Heading, Image, Paragraph, to_html, to_markdown
 from credo.study.figures import family_curves, plot_curves, plot_differences
@@ -52,6 +52,9 @@ def write_report(directory: str | Path, output: str | Path | None = None, *, htm
     if not study_file.exists():
         raise FileNotFoundError(f"{directory} is not a study directory (no {STUDY_FILE}); run `credo compare` first")
     study = read_yaml_mapping(study_file, "a resolved study")
+    missing = [key for key in ("name", "seeds", "methods", "difficulties") if key not in study]
+    if missing:
+        raise ConfigError(f"{study_file}: not a study file written by `credo compare` (no {', '.join(missing)})")
     if headline is not None:
         if from_json:
             raise ValueError("--metric recomputes the verdicts from the runs; --from-json redraws a written report")

@@ -85,7 +85,12 @@ def results_from_json(directory: Path, study: dict) -> dict[str, DifficultyRepor
     path = directory / "report.json"
     if not path.exists():
         raise FileNotFoundError(f"{directory}: no report.json to draw the report from (--from-json re-draws a written report)")
-    data = json.loads(path.read_text())
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: not the JSON `credo report` writes ({error})") from None
+    if not isinstance(data, dict) or not all(isinstance(saved, dict) for saved in data.values()):
+        raise ValueError(f"{path}: not the JSON `credo report` writes (a mapping of difficulties to their results)")
     if not data:
         raise NoFinishedRuns(f"{path} holds no results; nothing to draw, so the report there is left as it was")
     report = ReportConfig(**study.get("report", {}))
