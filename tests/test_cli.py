@@ -244,3 +244,23 @@ def test_the_summary_table_shows_metrics_only_the_final_evaluation_took(tmp_path
         print_summary(summary, tmp_path)
     text = captured.get()
     assert "0.100 → 0.300" in text and "0.200 → –" in text and "– → 0.600" in text
+
+
+def test_train_refuses_arguments_it_would_ignore_or_misread(tmp_path, monkeypatch):
+    """--resume runs with its own config.yaml and directory, so a config file or --output beside it is an error, not
+    dropped; a file given as the run directory (--resume or --output) is named as such, not an errno. Nothing is
+    created."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "note.txt").write_text("a file")
+    (tmp_path / "run").mkdir()
+    runner = CliRunner()
+    for arguments, message in (
+            (["train", CONFIG, "--resume", "run"], "--resume run continues that run with its own config.yaml and "
+                                                   "directory: give no CONFIG or --output with it"),
+            (["train", "--resume", "run", "-o", "elsewhere"], "give no CONFIG or --output with it"),
+            (["train", "--resume", "note.txt"], "--resume note.txt: not a run directory"),
+            (["train", CONFIG, "-o", "note.txt"], "--output note.txt is a file: give a directory for the run")):
+        bad = runner.invoke(app, arguments)
+        assert bad.exit_code == 2 and bad.stderr.startswith("error: ") and message in bad.stderr, bad.output
+        assert bad.stderr.count("\n") == 1, bad.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["note.txt", "run"] and not any((tmp_path / "run").iterdir())

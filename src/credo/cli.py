@@ -149,6 +149,13 @@ def train(
     try:
         config, bare = bare_overrides(config, settings)
         overrides = [*overrides, *bare]
+        if resume is not None and (config is not None or output is not None):
+            raise ConfigError(f"--resume {resume} continues that run with its own config.yaml and directory: give no "
+                              "CONFIG or --output with it (change a key with KEY=VALUE or --set)")
+        if resume is not None and not resume.is_dir():
+            raise ConfigError(f"--resume {resume}: not a run directory")
+        if output is not None and output.exists() and not output.is_dir():
+            raise ConfigError(f"--output {output} is a file: give a directory for the run")
         if resume is not None:
             run_config = load_config(resume / "config.yaml", overrides)
             run_dir = resume
