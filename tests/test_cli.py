@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from typer.testing import CliRunner
 
@@ -264,3 +265,28 @@ def test_train_refuses_arguments_it_would_ignore_or_misread(tmp_path, monkeypatc
         assert bad.exit_code == 2 and bad.stderr.startswith("error: ") and message in bad.stderr, bad.output
         assert bad.stderr.count("\n") == 1, bad.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["note.txt", "run"] and not any((tmp_path / "run").iterdir())
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["gradient-variance", "x.yaml", "--draws", "1"],
+     "error: Invalid value for '--draws': Input should be greater than or equal to 2 (see credo gradient-variance --help)"),
+    (["demo", "--drift", "abc"], "error: Invalid value for '--drift': "),
+    (["demo", "extra"], "error: Got unexpected extra argument(s) (extra) (see credo demo --help)"),
+    (["nosuch"], "error: No such command 'nosuch'. (see credo --help)"),
+    (["testbed", "facts", "--problems", "0"], "error: Invalid value for '--problems': "),
+    (["report"], "error: Missing argument 'directory'. (see credo report --help)"),
+    (["demo", "--drift", "nan"], "error: --drift is a standard deviation: give a finite number >= 0, not nan"),
+    (["demo", "--drift", "-1"], "error: --drift is a standard deviation: give a finite number >= 0, not -1.0"),
+])
+def test_usage_errors_are_one_line_like_every_other_error(arguments, message):
+    """click's usage errors (a bad option value, an unknown command, a missing argument) as one line with exit
+    status 2, not a boxed usage text."""
+    result = CliRunner().invoke(app, arguments, prog_name="credo", env={"COLUMNS": "300"})
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(message) and result.stderr.count("\n") == 1, result.stderr
+    assert result.stdout == ""
+
+
+def test_no_command_still_shows_the_help():
+    result = CliRunner().invoke(app, [], prog_name="credo")
+    assert result.exit_code == 2 and "train" in result.output and "Usage" in result.output

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -13,6 +15,12 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from typer.core import TyperGroup
+
+try:  # typer 0.2x vendors its own click; before, it used click's
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
+except ImportError:  # pragma: no cover
+    from click.exceptions import ClickException, NoArgsIsHelpError, UsageError
 
 from credo.extras import MissingExtra
 from credo.methods import METHODS
@@ -22,7 +30,32 @@ if TYPE_CHECKING:
     from credo.rollout.backend import GenerationBackend
     from credo.tasks import Problem, Task
 
+class OneLineUsageErrors(TyperGroup):
+    """The command group whose usage errors (a bad option value, an unknown command or option, a missing argument)
+    are one line on stderr, as every other error of credo (`_fail`), with exit status 2, instead of click's boxed
+    usage text."""
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            status = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except NoArgsIsHelpError:  # a group given no command: its help, as typer prints it
+            return super().main(args, prog_name, complete_var, standalone_mode=True, **extra)
+        except ClickException as error:
+            where = (f" (see {error.ctx.command_path} --help)"
+                     if isinstance(error, UsageError) and error.ctx is not None else "")
+            errors.print(f"[bold red]error:[/bold red] {escape(' '.join(error.format_message().split()))}{where}")
+            sys.exit(error.exit_code)
+        except typer.Abort:
+            errors.print("Aborted.")
+            sys.exit(1)
+        sys.exit(status if isinstance(status, int) else 0)
+
+
 app = typer.Typer(
+    cls=OneLineUsageErrors,
     help="credo: credit assignment for RL with verifiable rewards on language models.",
     no_args_is_help=True,
     add_completion=False,
@@ -498,6 +531,8 @@ def demo(
     """Per-token credit each method gives to the responses of one toy group (see credo.demo)."""
     from credo.demo import REWARDS, TOKENS, credit_table, recorded_on_the_toy_group
 
+    if not math.isfinite(drift) or drift < 0:
+        raise ValueError(f"--drift is a standard deviation: give a finite number >= 0, not {drift}")
     result = credit_table(drift)
     console.print(
         f"[bold]One prompt, {len(REWARDS)} responses of {TOKENS} tokens, rewards {list(REWARDS)}.[/bold]\n"
