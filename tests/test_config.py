@@ -174,13 +174,17 @@ def test_several_errors_are_all_listed():
 
 def test_unknown_method_and_switches():
     message = config_error(["method=gpro"])
-    assert "unknown method 'gpro'; valid names: dapo, dr_grpo, fr3e, grpo, grpo_lambda" in message
+    assert "  method: unknown method 'gpro'; valid names: dapo, dr_grpo, fr3e, grpo, grpo_lambda" in message
     message = config_error(["loss.lamb=0.9"])
-    assert re.search(r"grpo\.loss: unknown switch\(es\) lamb; allowed: .*\bclip_high\b", message), message
+    assert re.search(r"  loss: unknown switch\(es\) lamb of grpo's loss \(PPOClipLoss\); allowed: .*\bclip_high\b",
+                     message), message
     message = config_error(["method=p_trace", "loss.lamb=0.9"])
-    assert re.search(r"p_trace\.loss: unknown switch\(es\) lamb; allowed: .*\bdecay\b", message), message
+    assert re.search(r"  loss: unknown switch\(es\) lamb of p_trace's loss \(TraceLoss\); allowed: .*\bdecay\b",
+                     message), message
     message = config_error(["credit.bogus=1"])
-    assert "grpo.estimator: unknown switch(es) bogus; allowed:" in message
+    assert "  credit: unknown switch(es) bogus of grpo's credit (GroupAdvantage); allowed:" in message
+    message = config_error(["method=s_trace", "credit.keep_frac=0"])  # a bad value, under its part's key
+    assert "  credit: EntropySelection.keep_frac = 0 must lie in (0.0, 1.0]" in message
 
 
 def test_unknown_task_and_task_options():
@@ -224,8 +228,8 @@ def test_eval_ks_must_be_positive(ks):
         ("rollout.resets.localiser_temperature=.inf",
          "rollout.resets.localiser_temperature: Input should be a finite number"),
         ("train.max_grad_norm=.inf", "train.max_grad_norm: Input should be a finite number"),
-        ("loss.clip_high=.inf", "config: PPOClipLoss.clip_high = inf must be finite and lie in [0.0, inf)"),
-        ("loss.clip_low=.nan", "config: PPOClipLoss.clip_low = nan must be finite and lie in [0.0, 1.0)"),
+        ("loss.clip_high=.inf", "loss: PPOClipLoss.clip_high = inf must be finite and lie in [0.0, inf)"),
+        ("loss.clip_low=.nan", "loss: PPOClipLoss.clip_low = nan must be finite and lie in [0.0, 1.0)"),
         ("optim.warmup_steps=301", ("config: optim.warmup_steps = 301 exceeds the run's 300 optimiser steps "
                                     "(train.steps x optim.minibatches x optim.epochs)")),
     ],

@@ -118,7 +118,7 @@ class NeedsTraceMask(PPOClipLoss):
 def test_unknown_names_and_switches_are_clear_errors():
     with pytest.raises(ValueError, match=r"unknown method 'grpo2'; valid names: .*dapo.*grpo"):
         get_method("grpo2")
-    with pytest.raises(ValueError, match=r"p_trace.loss: unknown switch\(es\) lambda; allowed: .*\bdecay\b"):
+    with pytest.raises(ValueError, match=r"unknown switch\(es\) lambda of p_trace's loss \(TraceLoss\); allowed: .*\bdecay\b"):
         get_method("p_trace", loss={"lambda": 0.9})
     with pytest.raises(ValueError, match=r"keep_frac"):
         get_method("s_trace", estimator={"keep_frac": 0.0})

@@ -276,6 +276,22 @@ class RunConfig(Section):
     eval: EvalConfig = EvalConfig()
     """Evaluation on the task's held-out problems (every `train.eval_every` steps)."""
 
+    @field_validator("method")
+    @classmethod
+    def _known_method(cls, name: str) -> str:
+        get_method(name)  # an unknown name is a ValueError listing the valid ones, under the key `method`
+        return name
+
+    @field_validator("credit", "loss")
+    @classmethod
+    def _known_switches(cls, switches: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        """Each part's switches checked against the method under their own key (`credit:` or `loss:`): an unknown
+        name or a bad value is named there; what needs both parts is checked with the whole config."""
+        if "method" in info.data:
+            part = "estimator" if info.field_name == "credit" else "loss"
+            get_method(info.data["method"], **{part: switches})
+        return switches
+
     @field_validator("task", mode="before")
     @classmethod
     def _task(cls, options: Any, info: ValidationInfo) -> dict[str, Any]:

@@ -136,8 +136,8 @@ class Method:
         """A copy with some estimator / loss switches changed; an unknown switch is a ValueError."""
         return dataclasses.replace(
             self,
-            estimator=_override(self.estimator, estimator or {}, f"{self.name}.estimator"),
-            loss=_override(self.loss, loss or {}, f"{self.name}.loss"),
+            estimator=_override(self.estimator, estimator or {}, f"{self.name}'s credit"),
+            loss=_override(self.loss, loss or {}, f"{self.name}'s loss"),
         )
 
     def switches(self) -> dict[str, dict[str, Any]]:
@@ -151,7 +151,8 @@ def _override(obj: Any, changes: Mapping[str, Any], where: str) -> Any:
     allowed = [f.name for f in dataclasses.fields(obj)]
     unknown = sorted(set(changes) - set(allowed))
     if unknown:
-        raise ValueError(f"{where}: unknown switch(es) {', '.join(unknown)}; allowed: {', '.join(allowed)}")
+        raise ValueError(f"unknown switch(es) {', '.join(unknown)} of {where} ({type(obj).__name__}); allowed: "
+                         f"{', '.join(allowed)}")
     return dataclasses.replace(obj, **changes)
 
 
