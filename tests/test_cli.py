@@ -119,7 +119,7 @@ def test_an_internal_error_names_its_type_and_debug_shows_the_traceback(tmp_path
     monkeypatch.setattr(report, "write_report", broken)
     result = CliRunner().invoke(app, ["report", str(tmp_path)])
     assert result.exit_code == 2
-    assert result.stderr == "error: RuntimeError: boom second line (run with --debug for the traceback)\n"
+    assert result.stderr == "error: RuntimeError: boom; second line (run with --debug for the traceback)\n"
     debug = CliRunner().invoke(app, ["--debug", "report", str(tmp_path)])
     assert isinstance(debug.exception, RuntimeError) and str(debug.exception) == "boom\nsecond line"
 
@@ -290,3 +290,11 @@ def test_usage_errors_are_one_line_like_every_other_error(arguments, message):
 def test_no_command_still_shows_the_help():
     result = CliRunner().invoke(app, [], prog_name="credo")
     assert result.exit_code == 2 and "train" in result.output and "Usage" in result.output
+
+
+def test_a_message_of_several_lines_is_joined_so_its_parts_stay_apart():
+    from credo.cli import one_line
+
+    assert one_line("invalid study s.yaml:\n  name: Field required\n  seeds:   Field required\n") == (
+        "invalid study s.yaml: name: Field required; seeds: Field required")
+    assert one_line("") == "" and one_line("one line") == "one line"

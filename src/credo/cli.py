@@ -111,9 +111,19 @@ MAX_ERROR = 2000
 """The most characters of an error message `_fail` shows (one that quotes a huge value is cut there)."""
 
 
+def one_line(text: str) -> str:
+    """A message of several lines in one: each line's whitespace collapsed, lines joined by "; " (by a space after
+    a line that ends with ":", such as "invalid config x.yaml:")."""
+    out = ""
+    for line in (" ".join(line.split()) for line in text.splitlines()):
+        if line:
+            out += (" " if not out or out.endswith(":") else "; ") + line
+    return out.strip()
+
+
 def _fail(error: Exception) -> None:
     """One line on stderr naming what went wrong (at most `MAX_ERROR` characters), markup escaped; exit status 2."""
-    message = " ".join(str(error).split()) or type(error).__name__
+    message = one_line(str(error)) or type(error).__name__
     if len(message) > MAX_ERROR:
         message = f"{message[:MAX_ERROR]}... ({len(message) - MAX_ERROR:,} more characters cut)"
     if not isinstance(error, USER_ERRORS):
