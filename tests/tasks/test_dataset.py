@@ -15,6 +15,7 @@ from credo.config import ConfigError, load_config
 from credo.rollout.generate import encode_prompts
 from credo.tasks import build_task, verify_all
 from credo.tasks.chat import ChatPrompt, system_role
+from credo.tasks.dataset import read_rows
 from credo.testbed import build_tokenizer
 
 ROWS = {
@@ -270,3 +271,17 @@ def test_missing_datasets_package_says_which_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "datasets", None)  # import datasets -> ImportError
     with pytest.raises(MissingExtra, match=r"install it with: pip install 'credo\[data\]'"):
         dataset.datasets_module()
+
+
+def test_an_unreadable_or_empty_file_is_named_once(tmp_path, capfd):
+    """`datasets` logs a parquet file it cannot read before it raises: credo's one error names the file, and
+    nothing else is printed; an empty file says so."""
+    fake = tmp_path / "fake.parquet"
+    fake.write_text("not parquet")
+    with pytest.raises(ValueError, match=r"fake.parquet: cannot read it as parquet: "):
+        read_rows(fake)
+    assert "Failed to read schema" not in "".join(capfd.readouterr())
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(ValueError, match=r"empty.jsonl: an empty file, no rows$"):
+        read_rows(empty)

@@ -99,13 +99,16 @@ def file_format(path: str | Path, given: str) -> str:
 
 @contextmanager
 def _quiet(datasets: Any) -> Iterator[None]:
-    """Without `datasets`' progress bars (credo logs its own progress)."""
+    """Without `datasets`' progress bars (credo logs its own progress) and its error logs (a file it cannot read is
+    logged there before it raises; credo's own error names the file once)."""
     logging = datasets.utils.logging
-    enabled = logging.is_progress_bar_enabled()
+    enabled, verbosity = logging.is_progress_bar_enabled(), logging.get_verbosity()
     logging.disable_progress_bar()
+    logging.set_verbosity(logging.CRITICAL)
     try:
         yield
     finally:
+        logging.set_verbosity(verbosity)
         if enabled:
             logging.enable_progress_bar()
 
@@ -116,6 +119,8 @@ def read_rows(path: str | Path, given: str = "auto") -> list[dict[str, Any]]:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"dataset file {path} does not exist")
+    if path.is_file() and path.stat().st_size == 0:
+        raise ValueError(f"{path}: an empty file, no rows")
     kind = file_format(path, given)
     try:
         with _quiet(datasets):
