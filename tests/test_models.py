@@ -107,3 +107,27 @@ def test_missing_peft_stops_a_lora_model_with_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "peft", None)
     with pytest.raises(MissingExtra, match=r"pip install 'credo\[lora\]'"):
         load_model(config.model, torch.device("cpu"))
+
+
+def test_a_directory_transformers_cannot_load_is_named_by_its_key(tmp_path):
+    """No weights, or a config.json that is not JSON: the error names `model.path` (transformers' words after it)."""
+    import shutil
+
+    import torch
+    import yaml
+    from tiny import TINY_TESTBED
+
+    from credo.models import load_model
+    from credo.testbed import TestbedConfig, build_testbed
+
+    no_weights = tmp_path / "no_weights"
+    shutil.copytree(build_testbed(TestbedConfig(**yaml.safe_load(TINY_TESTBED))), no_weights)
+    for weights in no_weights.glob("*.safetensors"):
+        weights.unlink()
+    broken = tmp_path / "broken"
+    shutil.copytree(no_weights, broken)
+    (broken / "config.json").write_text("{not json")
+    for directory in (no_weights, broken):
+        with pytest.raises(ValueError, match=rf"^model.path = '{directory}': cannot load a causal LM and its tokenizer "
+                                             rf"from {directory}: "):
+            load_model(ModelConfig(path=str(directory)), torch.device("cpu"))

@@ -74,7 +74,8 @@ def load_model(config: ModelConfig, device: torch.device):
 
     Code a model directory names for itself (`auto_map`) is never run (`trust_remote_code=False`: transformers
     would otherwise ask on stdin): a model that needs it is a ValueError. Weights saved by torch (`*.bin`) load
-    only if they cannot inflate (`credo.io.check_torch_archive`); safetensors files bound themselves."""
+    only if they cannot inflate (`credo.io.check_torch_archive`); safetensors files bound themselves. A directory
+    transformers cannot load (no weights, a broken config.json, no tokenizer) is a ValueError naming `model.path`."""
     from transformers import AutoModelForCausalLM
 
     path = resolve_model_path(config)
@@ -84,7 +85,12 @@ def load_model(config: ModelConfig, device: torch.device):
     attention = config.attn_implementation or ("eager" if config.path == "testbed" else None)
     if attention is not None:
         kwargs["attn_implementation"] = attention
-    model = AutoModelForCausalLM.from_pretrained(path, **kwargs).to(device)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs).to(device)
+        tokenizer = load_tokenizer(path)
+    except (OSError, ValueError) as error:  # transformers' own words for what the directory lacks
+        raise ValueError(f"model.path = {config.path!r}: cannot load a causal LM and its tokenizer from {path}: "
+                         f"{error}") from error
     if config.lora is not None:
         peft = require("peft", "lora", "model.lora (LoRA adapters)")
         lora = config.lora
@@ -95,7 +101,7 @@ def load_model(config: ModelConfig, device: torch.device):
                 target_modules=lora.target_modules, task_type="CAUSAL_LM",
             ),
         )
-    return model, load_tokenizer(path)
+    return model, tokenizer
 
 
 def make_backend(rollout: RolloutOptions, model, tokenizer, model_config: ModelConfig, *, seed: int = 0,
