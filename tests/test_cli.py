@@ -298,3 +298,13 @@ def test_a_message_of_several_lines_is_joined_so_its_parts_stay_apart():
     assert one_line("invalid study s.yaml:\n  name: Field required\n  seeds:   Field required\n") == (
         "invalid study s.yaml: name: Field required; seeds: Field required")
     assert one_line("") == "" and one_line("one line") == "one line"
+
+
+def test_eval_refuses_overrides_it_would_not_read(tmp_path):
+    """`credo eval` reads eval.*, task.*, rollout.*, train.seed and train.device: any other override (an optimiser
+    or model key) would change nothing, so it is an error before anything loads."""
+    for override, key in (("optim.lr=0.5", "optim.lr"), ("model.dtype=bfloat16", "model.dtype"), ("method=gspo", "method")):
+        result = CliRunner().invoke(app, ["eval", str(tmp_path), override])
+        assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.output
+        assert result.stderr.startswith(f"error: override '{override}': credo eval does not read {key}; it reads "
+                                        "eval.*, task.*, rollout.*, train.seed and train.device"), result.stderr

@@ -289,6 +289,11 @@ def evaluation_setup(run_config: RunConfig, model_config: ModelConfig) -> tuple[
     return backend, task, eval_subset(task.eval_problems(), run_config.eval.max_problems)
 
 
+EVAL_SECTIONS = ("eval", "task", "rollout")
+"""The config sections `credo eval` reads (with `EVAL_KEYS`); an override of any other key would change nothing."""
+EVAL_KEYS = ("train.seed", "train.device")
+
+
 @app.command("eval")
 @one_line_errors
 def evaluate(
@@ -307,6 +312,11 @@ def evaluate(
 
     _quiet_transformers()
     overrides = [*overrides, *bare_overrides(None, settings, what="model")[1]]
+    for text in overrides:
+        key = text.split("=", 1)[0].strip()
+        if not (key.split(".")[0] in EVAL_SECTIONS or key in EVAL_KEYS):
+            raise ConfigError(f"override {text!r}: credo eval does not read {key}; it reads "
+                              f"{', '.join(f'{s}.*' for s in EVAL_SECTIONS)}, {' and '.join(EVAL_KEYS)}")
     is_run = (target / "config.yaml").exists()
     run_config = load_config(target / "config.yaml" if is_run else None, overrides, load_rewards=load_rewards)
     if run_config.task.get("reward") and not load_rewards:
