@@ -13,7 +13,8 @@ its minimum detectable effect after the correction (`credo.study.analysis.Family
 the median paired sd of the contrasts at the baseline's seed count). With `--common` the table keeps only the rows
 every column has a number for (the methods and pairs all studies ran); the family and its detectable effect still
 count every contrast of each column. Two folders that report the same study (`credo report --metric` on the same
-runs, as the long study's `main` and `main-greedy`) give a column each, named by their headline metric.
+runs, as the long study's `main` and `main-greedy`) give a column each, named by their headline metric, and a last
+column `study · difficulty: verdicts agree` says per row whether their Holm verdicts are the same word (yes / no).
 """
 
 from __future__ import annotations
@@ -58,31 +59,57 @@ def cell(contrast: Contrast | None) -> str:
     return f"{bracketed(contrast.estimate)} {verdict_cell(contrast)}"
 
 
+def same_runs(names: list[str], found: dict[str, DifficultyResult]) -> dict[str, list[str]]:
+    """The columns that report the same study and difficulty on different headline metrics (named
+    `study · difficulty · metric` by `columns`), grouped by `study · difficulty`: groups of two or more only."""
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        head, _, metric = name.rpartition(" · ")
+        if head and metric == found[name].metric:
+            groups.setdefault(head, []).append(name)
+    return {head: group for head, group in groups.items() if len(group) > 1}
+
+
+def agreement(contrasts: list[Contrast | None]) -> str:
+    """`yes` when the verdicts of one contrast on several metrics are the same word (beats, falls behind, not
+    distinguishable), `no` when they differ, `–` with fewer than two verdicts."""
+    verdicts = {c.verdict for c in contrasts if c is not None and c.p is not None}
+    if sum(c is not None and c.p is not None for c in contrasts) < 2:
+        return "–"
+    return "yes" if len(verdicts) == 1 else "no"
+
+
 def table(folders: list[Path], common: bool = False) -> str:
     found = columns(folders)
     names = list(found)
+    groups = same_runs(names, found)
     methods = list(dict.fromkeys(r.method for result in found.values() for r in result.rows))
     by_column = {name: {r.method: r for r in result.rows} for name, result in found.items()}
-    lines = ["| method | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    heads = names + [f"{head}: verdicts agree" for head in groups]
+    lines = ["| method | " + " | ".join(heads) + " |", "|---|" + "---|" * len(heads)]
+
+    def row(label: str, contrast_of) -> None:
+        contrasts = {n: contrast_of(n) for n in names}
+        cells = [cell(contrasts[n]) for n in names]
+        if common and "–" in cells:
+            return
+        agree = [agreement([contrasts[n] for n in group]) for group in groups.values()]
+        lines.append(f"| {label} | " + " | ".join(cells + agree) + " |")
+
     for method in methods:
         if all(by_column[n].get(method) is None or by_column[n][method].auc_vs_baseline is None for n in names):
             continue
-        cells = [cell(by_column[n][method].auc_vs_baseline if method in by_column[n] else None) for n in names]
-        if common and "–" in cells:
-            continue
-        lines.append(f"| `{method}` | " + " | ".join(cells) + " |")
+        row(f"`{method}`", lambda n: by_column[n][method].auc_vs_baseline if method in by_column[n] else None)
     pairs = dict.fromkeys((r.method, r.like_for_like) for result in found.values() for r in result.rows
                           if r.like_for_like)
     for method, like in pairs:
-        cells = [cell(by_column[n][method].auc_vs_like if method in by_column[n] and
-                      by_column[n][method].like_for_like == like else None) for n in names]
-        if common and "–" in cells:
-            continue
-        lines.append(f"| `{method}` vs `{like}` | " + " | ".join(cells) + " |")
+        row(f"`{method}` vs `{like}`", lambda n: by_column[n][method].auc_vs_like if method in by_column[n] and
+            by_column[n][method].like_for_like == like else None)
     families = [found[n].family for n in names]
-    lines.append("| contrasts in the Holm family (m) | " + " | ".join(str(f.size) for f in families) + " |")
-    lines.append("| MDE at 80% power after Holm (level 0.05 / m) | "
-                 + " | ".join("–" if f.mde is None else f"{f.mde:.3f} ({f.seeds} seeds)" for f in families) + " |")
+    blank = [""] * len(groups)
+    lines.append("| contrasts in the Holm family (m) | " + " | ".join([str(f.size) for f in families] + blank) + " |")
+    lines.append("| MDE at 80% power after Holm (level 0.05 / m) | " + " | ".join(
+        ["–" if f.mde is None else f"{f.mde:.3f} ({f.seeds} seeds)" for f in families] + blank) + " |")
     return "\n".join(lines)
 
 

@@ -102,11 +102,25 @@ def test_two_reports_of_the_same_runs_get_a_column_each_named_by_their_metric(tm
     sampled = tmp_path / "sampled"
     write_report(tmp_path / "a", sampled, headline="pass@1")
     lines = verdicts.table([greedy, sampled]).splitlines()
-    assert lines[0] == "| method | same · default · greedy_pass@1 | same · default · pass@1 |"
+    assert lines[0] == ("| method | same · default · greedy_pass@1 | same · default · pass@1 | "
+                        "same · default: verdicts agree |")
     rows = {line.split(" | ")[0].removeprefix("| "): line for line in lines[2:]}
     # pass@1 is half of greedy pass@1 in every run (test_report.make_run), and so is each difference
     assert rows["`better`"] == ("| `better` | +0.150 [+0.150, +0.150] beats (<0.001) | "
-                                "+0.075 [+0.075, +0.075] beats (<0.001) |")
+                                "+0.075 [+0.075, +0.075] beats (<0.001) | yes |")
+
+
+def test_agreement_compares_the_verdict_words():
+    from credo.study.analysis import Contrast
+    from credo.study.stats import Estimate
+
+    agreement = load_example("study_verdicts").agreement
+    beats = Contrast(Estimate(0.05, 0.02, 0.08, 6), 0.02, 0.001, 0.004)
+    behind = Contrast(Estimate(-0.05, -0.08, -0.02, 6), 0.02, 0.001, 0.004)
+    unclear = Contrast(Estimate(0.05, -0.02, 0.12, 6), 0.05, 0.2, 0.6)
+    assert agreement([beats, beats]) == "yes" and agreement([beats, behind]) == "no"
+    assert agreement([beats, unclear]) == "no" and agreement([unclear, unclear]) == "yes"
+    assert agreement([beats, None]) == "–" and agreement([Contrast(Estimate(0.02, None, None, 1), None, None)] * 2) == "–"
 
 
 def test_a_folder_that_is_no_report_is_a_one_line_error(tmp_path):
