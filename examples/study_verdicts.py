@@ -88,8 +88,7 @@ def table(folders: list[Path], common: bool = False) -> str:
     heads = names + [f"{head}: verdicts agree" for head in groups]
     lines = ["| method | " + " | ".join(heads) + " |", "|---|" + "---|" * len(heads)]
 
-    def row(label: str, contrast_of) -> None:
-        contrasts = {n: contrast_of(n) for n in names}
+    def row(label: str, contrasts: dict[str, Contrast | None]) -> None:
         cells = [cell(contrasts[n]) for n in names]
         if common and "–" in cells:
             return
@@ -99,12 +98,12 @@ def table(folders: list[Path], common: bool = False) -> str:
     for method in methods:
         if all(by_column[n].get(method) is None or by_column[n][method].auc_vs_baseline is None for n in names):
             continue
-        row(f"`{method}`", lambda n: by_column[n][method].auc_vs_baseline if method in by_column[n] else None)
+        row(f"`{method}`", {n: by_column[n][method].auc_vs_baseline if method in by_column[n] else None for n in names})
     pairs = dict.fromkeys((r.method, r.like_for_like) for result in found.values() for r in result.rows
                           if r.like_for_like)
     for method, like in pairs:
-        row(f"`{method}` vs `{like}`", lambda n: by_column[n][method].auc_vs_like if method in by_column[n] and
-            by_column[n][method].like_for_like == like else None)
+        row(f"`{method}` vs `{like}`", {n: by_column[n][method].auc_vs_like if method in by_column[n] and
+                                        by_column[n][method].like_for_like == like else None for n in names})
     families = [found[n].family for n in names]
     blank = [""] * len(groups)
     lines.append("| contrasts in the Holm family (m) | " + " | ".join([str(f.size) for f in families] + blank) + " |")
