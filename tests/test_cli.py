@@ -256,8 +256,8 @@ def test_train_refuses_arguments_it_would_ignore_or_misread(tmp_path, monkeypatc
     (tmp_path / "run").mkdir()
     runner = CliRunner()
     for arguments, message in (
-            (["train", CONFIG, "--resume", "run"], "--resume run continues that run with its own config.yaml and "
-                                                   "directory: give no CONFIG or --output with it"),
+            (["train", CONFIG, "--resume", "run"], ("--resume run continues that run with its own config.yaml and "
+                                                    "directory: give no CONFIG or --output with it")),
             (["train", "--resume", "run", "-o", "elsewhere"], "give no CONFIG or --output with it"),
             (["train", "--resume", "note.txt"], "--resume note.txt: not a run directory"),
             (["train", CONFIG, "-o", "note.txt"], "--output note.txt is a file: give a directory for the run")):
@@ -308,3 +308,26 @@ def test_eval_refuses_overrides_it_would_not_read(tmp_path):
         assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.output
         assert result.stderr.startswith(f"error: override '{override}': credo eval does not read {key}; it reads "
                                         "eval.*, task.*, rollout.*, train.seed and train.device"), result.stderr
+
+
+def test_an_os_error_names_its_path_and_what_it_means(tmp_path):
+    """A file where credo needs a directory (CREDO_CACHE, an --output), or a name too long for the file system: one
+    line naming the path (cut to 200 characters) or the variable, and what it means."""
+    import errno
+
+    from tiny import TINY
+
+    from credo.cli import os_error
+
+    (tmp_path / "afile").write_text("x")
+    settings = [x for item in [*TINY, "train.steps=1"] for x in ("--set", item)]
+    result = CliRunner().invoke(app, ["train", "-o", str(tmp_path / "run"), *settings],
+                                env={"CREDO_CACHE": str(tmp_path / "afile")})
+    assert result.exit_code == 2 and result.stderr == (
+        f"error: CREDO_CACHE={tmp_path / 'afile'} is not a directory: credo caches its built models there\n")
+    assert not (tmp_path / "run").exists()
+    exists = FileExistsError(errno.EEXIST, "File exists", "out")
+    assert os_error(exists) == "out: a file stands where a directory is needed (File exists)"
+    long = OSError(errno.ENAMETOOLONG, "File name too long", "y" * 300)
+    assert os_error(long) == f"{'y' * 200}... (300 characters): a file name too long for the file system (File name too long)"
+    assert os_error(OSError("no path")) == "no path"

@@ -375,8 +375,11 @@ def test_base_errors_name_the_file(tmp_path):
     write(tmp_path, "base: one.yaml\n", "two.yaml")
     with pytest.raises(ConfigError, match="include each other in a cycle"):
         load_config(tmp_path / "one.yaml")
-    with pytest.raises(ConfigError, match=r"missing\.yaml does not exist"):
+    with pytest.raises(ConfigError, match=r"three\.yaml: base missing\.yaml: config file .*missing\.yaml does not exist$"):
         load_config(write(tmp_path, "base: missing.yaml\n", "three.yaml"))
+    (tmp_path / "folder.yaml").mkdir()
+    with pytest.raises(ConfigError, match=r"five\.yaml: base folder\.yaml: .*folder\.yaml is a directory, not a YAML "):
+        load_config(write(tmp_path, "base: folder.yaml\n", "five.yaml"))
     with pytest.raises(ConfigError, match=r"four\.yaml: base must be a file name or a list of file names, got 3"):
         load_config(write(tmp_path, "base: 3\n", "four.yaml"))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import math
@@ -121,9 +122,31 @@ def one_line(text: str) -> str:
     return out.strip()
 
 
+OS_ERRORS = {
+    errno.EEXIST: "a file stands where a directory is needed",
+    errno.ENOTDIR: "a part of the path is a file, not a directory",
+    errno.EISDIR: "a directory, where a file is needed",
+    errno.ENAMETOOLONG: "a file name too long for the file system",
+    errno.EACCES: "permission denied",
+}
+"""What an operating-system error with a path means for the user, in words (`os_error`)."""
+
+
+def os_error(error: OSError) -> str:
+    """An OSError that names a path, as `path: what it means (the system's words)`, the path cut to 200 characters;
+    any other error's own message."""
+    if error.filename is None or error.strerror is None:
+        return str(error)
+    path = str(error.filename)
+    if len(path) > 200:
+        path = f"{path[:200]}... ({len(path):,} characters)"
+    meaning = OS_ERRORS.get(error.errno)
+    return f"{path}: {meaning} ({error.strerror})" if meaning else f"{path}: {error.strerror}"
+
+
 def _fail(error: Exception) -> None:
     """One line on stderr naming what went wrong (at most `MAX_ERROR` characters), markup escaped; exit status 2."""
-    message = one_line(str(error)) or type(error).__name__
+    message = one_line(os_error(error) if isinstance(error, OSError) else str(error)) or type(error).__name__
     if len(message) > MAX_ERROR:
         message = f"{message[:MAX_ERROR]}... ({len(message) - MAX_ERROR:,} more characters cut)"
     if not isinstance(error, USER_ERRORS):
@@ -398,11 +421,16 @@ def testbed_build(
 ) -> None:
     """Train the testbed model by SFT from scratch (cached by its config's hash; never the shipped weights)
     and report its start accuracy."""
-    from credo.config import apply_overrides
+    from pydantic import ValidationError
+
+    from credo.config import apply_overrides, invalid
     from credo.testbed import TestbedConfig, build_testbed
 
     _quiet_transformers()
-    config = TestbedConfig(**apply_overrides({}, overrides))
+    try:
+        config = TestbedConfig(**apply_overrides({}, overrides))
+    except ValidationError as error:
+        raise invalid(error, TestbedConfig, "testbed config", "(--set)") from None
     path = build_testbed(config, force=force, shipped=False, log=console.print)
     console.print(f"testbed model: {path}")
     evaluate(path, [])

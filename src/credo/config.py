@@ -368,7 +368,9 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     try:
         value = yaml.load(raw, Loader=YamlLoader)
     except yaml.YAMLError as error:
-        raise ConfigError(f"override {text!r}: the value is not valid YAML: {yaml_problem(error)}") from None
+        raise ConfigError(f"override {short_repr(text, 200)}: the value is not valid YAML: {yaml_problem(error)}") from None
+    except ValueError as error:  # e.g. an integer of more digits than Python converts
+        raise ConfigError(f"override {short_repr(text, 200)}: the value cannot be read: {error}") from None
     return path, value
 
 
@@ -410,7 +412,12 @@ def read_config_file(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]
     data = read_yaml_mapping(path, "a mapping of sections")
     merged: dict[str, Any] = {}
     for base in base_files(data.pop("base", []), where):
-        merged = deep_merge(merged, read_config_file(path.parent / base, (*_seen, path.resolve())))
+        try:
+            merged = deep_merge(merged, read_config_file(path.parent / base, (*_seen, path.resolve())))
+        except ConfigError as error:
+            if "in a cycle" in str(error):
+                raise
+            raise ConfigError(f"{where}: base {base}: {error}") from None
     return deep_merge(merged, data)
 
 

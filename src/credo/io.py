@@ -27,8 +27,13 @@ log = logging.getLogger(__name__)
 
 
 def cache_root() -> Path:
-    """Where credo caches built artefacts: `$CREDO_CACHE`, else `~/.cache/credo`."""
-    return Path(os.environ.get("CREDO_CACHE", Path.home() / ".cache" / "credo"))
+    """Where credo caches built artefacts: `$CREDO_CACHE`, else `~/.cache/credo`; a NotADirectoryError naming the
+    variable when it names something other than a directory."""
+    root = Path(os.environ.get("CREDO_CACHE", Path.home() / ".cache" / "credo"))
+    if root.exists() and not root.is_dir():
+        where = f"CREDO_CACHE={root}" if "CREDO_CACHE" in os.environ else str(root)
+        raise NotADirectoryError(f"{where} is not a directory: credo caches its built models there")
+    return root
 
 
 def fsync_path(path: Path) -> None:

@@ -21,6 +21,7 @@ from credo.io import check_torch_archive
 from credo.rollout.crn import CommonRandomNumbers
 from credo.rollout.generate import TransformersBackend
 from credo.rollout.options import RolloutOptions
+from credo.tasks.base import short_repr
 
 
 def check_model_path(config: ModelConfig) -> None:
@@ -35,11 +36,16 @@ def check_model_path(config: ModelConfig) -> None:
     path = Path(config.path).expanduser()
     accepted = (f"give a directory saved with save_pretrained, a .gguf file, 'testbed' or a preset "
                 f"({', '.join(PRESETS)})")
-    if path.suffix == ".gguf" and not path.is_file():
+    try:
+        exists, is_file, has_config = path.exists(), path.is_file(), (path / "config.json").exists()
+    except OSError as error:  # e.g. a name longer than the file system allows
+        raise FileNotFoundError(f"model.path = {short_repr(config.path, 80)}: not a path this system can open "
+                                f"({error.strerror}); {accepted}") from None
+    if path.suffix == ".gguf" and not is_file:
         raise FileNotFoundError(f"model.path = {config.path!r}: no such GGUF file")
-    if path.suffix != ".gguf" and not path.exists():
+    if path.suffix != ".gguf" and not exists:
         raise FileNotFoundError(f"model.path = {config.path!r} does not exist; {accepted}")
-    if path.suffix != ".gguf" and not (path / "config.json").exists():
+    if path.suffix != ".gguf" and not has_config:
         raise FileNotFoundError(
             f"model.path = {config.path!r}: not a Hugging Face model directory (no config.json there); {accepted}")
 

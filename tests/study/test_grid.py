@@ -240,3 +240,10 @@ def test_the_studies_guides_study_file_loads(tmp_path):
     (tmp_path / "study.yaml").write_text(block.group(1))
     study = load_study(tmp_path / "study.yaml")
     assert list(study.config.methods) == ["grpo", "gspo", "dapo"] and study.config.report.exploratory == ["dapo"]
+
+
+def test_a_difficultys_missing_base_names_the_study_and_the_difficulty(tmp_path):
+    path = write_study(tmp_path, difficulties={"hard": {"base": "nosuch_regime.yaml"}})
+    with pytest.raises(ConfigError, match=r"^tiny: difficulty hard: base nosuch_regime\.yaml: config file .*"
+                                          r"nosuch_regime\.yaml does not exist$"):
+        load_study(path).cells()

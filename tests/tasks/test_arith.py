@@ -619,3 +619,9 @@ def test_worked_revision_rewrite_shows_values_only():
     assert revision_prompt(chain.prompt, attempt, attempt, "{attempt}|{reference}|{problem}",
                            [TESTBED_WORKED_REVISE_REWRITE]) == "42</thought>94</thought>\\boxed{94}|" \
         "42</thought>94</thought>\\boxed{94}|37a+5b*7?"
+
+
+@pytest.mark.parametrize("eval_steps, says", [((), "at least 1 item"), ((-1,), "eval_steps.0\n  Input should be greater than or equal to 1")])
+def test_eval_steps_are_one_or_more_positive_lengths(eval_steps, says):
+    with pytest.raises(ValidationError, match=re.escape(says)):
+        ArithConfig(eval_steps=eval_steps)

@@ -187,7 +187,10 @@ class Study:
         """Overrides with their `base` config files (a name or a list, relative to the study file) merged under them."""
         data: dict[str, Any] = {}
         for base in base_files(overrides.get("base", []), where):
-            data = deep_merge(data, read_config_file(self.root / base))
+            try:
+                data = deep_merge(data, read_config_file(self.root / base))
+            except ConfigError as error:
+                raise ConfigError(f"{where}: base {base}: {error}") from None
         return deep_merge(data, {key: value for key, value in overrides.items() if key != "base"})
 
 

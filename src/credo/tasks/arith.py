@@ -41,6 +41,7 @@ import re
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Annotated
 
 from pydantic import Field, field_validator, model_validator
 
@@ -289,7 +290,7 @@ class ArithConfig(RewardOptions):
     """Operands are drawn from 1 .. operand_max (one digit)."""
     start_max: int = Field(9, ge=1, le=99)
     """Start values are drawn from 1 .. start_max."""
-    eval_steps: tuple[int, ...] = (2, 4, 6)
+    eval_steps: tuple[Annotated[int, Field(ge=1)], ...] = Field((2, 4, 6), min_length=1)
     """Chain lengths of the held-out evaluation buckets."""
     eval_per_bucket: int = Field(200, ge=1)
     """Held-out problems per evaluation bucket."""
