@@ -131,3 +131,19 @@ def test_a_directory_transformers_cannot_load_is_named_by_its_key(tmp_path):
         with pytest.raises(ValueError, match=rf"^model.path = '{directory}': cannot load a causal LM and its tokenizer "
                                              rf"from {directory}: "):
             load_model(ModelConfig(path=str(directory)), torch.device("cpu"))
+
+
+def test_a_response_budget_of_the_models_positions_or_more_is_refused(tmp_path):
+    from tiny import TINY
+
+    from credo.config import load_config
+    from credo.train import train
+
+    config = load_config(None, [*TINY, "train.steps=1"])
+    positions = 160  # the tiny testbed model's (TestbedConfig.model.max_positions)
+    too_long = load_config(None, [*TINY, "train.steps=1", f"rollout.max_new_tokens={positions}"])
+    assert config.rollout.max_new_tokens < positions
+    with pytest.raises(ValueError, match=rf"^rollout.max_new_tokens = {positions} leaves no room for a prompt: the "
+                                         rf"model at model.path = 'testbed' has {positions} positions"):
+        train(too_long, tmp_path / "run", show_progress=False)
+    assert not (tmp_path / "run").exists()

@@ -114,7 +114,12 @@ def make_backend(rollout: RolloutOptions, model, tokenizer, model_config: ModelC
                  common_random_numbers: CommonRandomNumbers | None = None):
     """The generation backend `rollout.backend` names, serving `model`: transformers (the default, any device;
     keyed sampling with `common_random_numbers`) or vLLM (CUDA; it loads the directory `model_config` resolves
-    to, then takes the policy's weights)."""
+    to, then takes the policy's weights). A `rollout.max_new_tokens` of the model's positions or more, which leaves
+    no room for a prompt, is a ValueError naming both."""
+    positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if isinstance(positions, int) and rollout.max_new_tokens >= positions:
+        raise ValueError(f"rollout.max_new_tokens = {rollout.max_new_tokens} leaves no room for a prompt: the model "
+                         f"at model.path = {model_config.path!r} has {positions} positions (max_position_embeddings)")
     if rollout.backend == "vllm":
         from credo.rollout.vllm_backend import VllmBackend
 
