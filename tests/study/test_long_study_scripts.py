@@ -75,9 +75,12 @@ def test_the_checkpoint_table_reads_finished_runs_at_their_token_checkpoints(tmp
                    {"step": 4, "eval": {"greedy_pass@1": 0.1, "pass@1": 0.1}}]  # not at a token checkpoint
         (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
         if finished:
-            (run / "summary.json").write_text("{}")
+            (run / "summary.json").write_text(json.dumps({"wall_s": 100.0 * (seed + 1)}))
     lines = checkpoints.table(tmp_path).splitlines()
     assert lines[0].startswith("| cell | seeds | greedy pass@1 at 0 / 300k | sampled pass@1 at 0 / 300k |")
-    # grpo: median grad norm 2.5 x its 0.05 and 0.07, entropy 0.03 (step 1) -> 0.0 (step 4)
-    assert lines[2] == "| `grpo` | 2 | 0.20 / 0.80 | 0.20 / 0.50 | 0.0300 → 0.0000 | 0.15 (1.0x) |"
-    assert lines[3] == "| `fast` | 1 | 0.20 / 0.80 | 0.20 / 0.70 | 0.0300 → 0.0000 | 0.5 (3.3x) |"
+    # grpo: median grad norm 2.5 x its 0.05 and 0.07, entropy 0.03 (step 1) -> 0.0 (step 4), wall 100 s and 200 s
+    assert lines[2] == "| `grpo` | 2 | 0.20 / 0.80 | 0.20 / 0.50 | 0.0300 → 0.0000 | 0.15 (1.0x) | 150 (2) |"
+    assert lines[3] == "| `fast` | 1 | 0.20 / 0.80 | 0.20 / 0.70 | 0.0300 → 0.0000 | 0.5 (3.3x) | 100 (1) |"
+    untimed = checkpoints.table(tmp_path, untimed_runs=("grpo/seed1",)).splitlines()
+    assert untimed[2].endswith("| 100 (1) |") and untimed[3].endswith("| 100 (1) |")
+    assert checkpoints.table(tmp_path, untimed_runs=("seed0",)).splitlines()[3].endswith("| – |")

@@ -6,8 +6,8 @@
 #   decisive-retune/: phase 4's tuning on the decisive regime; decisive-fragile/: its re-run (greedy area, that
 #   regime's headline; sampled pass@1 at the end only);
 #   tuning/: phase 1, redrawn from its report.json (its runs' records were not kept);
-#   checkpoints-main.md, checkpoints-survey.md: each cell's mean curves at the token checkpoints, its token entropy
-#   and gradient norm (checkpoints.py);
+#   checkpoints-main.md, checkpoints-survey.md: each cell's mean curves at the token checkpoints, its token entropy,
+#   gradient norm and wall time per run (checkpoints.py; without the runs amendment 10 of the plan leaves untimed);
 #   verdicts.md: every family's verdicts side by side, a column per report (examples/study_verdicts.py);
 #   gradient-variance.md: the tables of gradient_variance.sh's measurements (examples/gradient_variance_table.py).
 # A study whose records are not there yet is skipped with a line saying so.
@@ -28,9 +28,18 @@ report long-survey survey-greedy --metric greedy_pass@1
 report plan-decisive-retune decisive-retune
 report decisive-fragile decisive-fragile
 credo report "$O/tuning" --from-json
+# the main family's runs that shared the machine with other work (plan.md, amendment 10): their wall time is left out
+UNTIMED_MAIN=(grpo@tuned/seed6 srpo_oracle@grpo_rate/seed5)
+for cell in oracle_blame@tuned grpo_lambda@tuned s_trace@tuned grpo_4mb@tuned srpo_oracle@tuned srpo@tuned ibpo@tuned \
+            spo_tree@tuned oracle_blame@grpo_rate grpo_lambda@grpo_rate; do
+  UNTIMED_MAIN+=("$cell/seed5")
+done
 for family in main survey; do
   if [ -f "$R/long-$family/study.yaml" ]; then
-    python "$O/checkpoints.py" "$R/long-$family" > "$O/checkpoints-$family.md.tmp" && mv "$O/checkpoints-$family.md.tmp" "$O/checkpoints-$family.md"
+    untimed=()
+    if [ "$family" = main ]; then for run in "${UNTIMED_MAIN[@]}"; do untimed+=(--untimed "$run"); done; fi
+    python "$O/checkpoints.py" "$R/long-$family" "${untimed[@]}" > "$O/checkpoints-$family.md.tmp"
+    mv "$O/checkpoints-$family.md.tmp" "$O/checkpoints-$family.md"
   fi
 done
 folders=()
