@@ -222,10 +222,12 @@ def test_config_prints_the_resolved_config_a_run_would_record(tmp_path):
     (tmp_path / "config.yaml").write_text(result.stdout)  # a run directory: its recorded config
     assert runner.invoke(app, ["config", str(tmp_path), "train.steps=11"]).stdout == dump(
         load_config(CONFIG, ["train.steps=11", "optim.lr=5e-5"]))
+    (tmp_path / "empty").mkdir()
     for arguments, message in ((["config", CONFIG, "optim.lrr=1"], "optim.lrr: unknown key"),
                                (["config", CONFIG, "optim.lr=2"], "optim.lr: Input should be less than 1"),
                                (["config", str(tmp_path / "nope.yaml")], "does not exist"),
-                               (["config", CONFIG, "optim.lr=[1,"], "the value is not valid YAML")):
+                               (["config", CONFIG, "optim.lr=[1,"], "the value is not valid YAML"),
+                               (["config", str(tmp_path / "empty")], "empty is a directory without a config.yaml")):
         bad = runner.invoke(app, arguments)
         assert bad.exit_code == 2 and bad.stdout == "", bad.output
         assert bad.stderr.startswith("error: ") and message in bad.stderr and bad.stderr.count("\n") == 1, bad.stderr

@@ -258,6 +258,9 @@ def show_config(
 
     config, bare = bare_overrides(config, settings)
     if config is not None and config.is_dir():
+        if not (config / "config.yaml").is_file():
+            raise ValueError(f"{config} is a directory without a config.yaml: give a YAML config file or a run "
+                             "directory")
         config = config / "config.yaml"
     typer.echo(dump(load_config(config, [*overrides, *bare], load_rewards=load_rewards)), nl=False)
 
