@@ -47,7 +47,7 @@ class OneLineUsageErrors(TyperGroup):
         except ClickException as error:
             where = (f" (see {error.ctx.command_path} --help)"
                      if isinstance(error, UsageError) and error.ctx is not None else "")
-            errors.print(f"[bold red]error:[/bold red] {escape(' '.join(error.format_message().split()))}{where}")
+            print_error(one_line(error.format_message()) + where)
             sys.exit(error.exit_code)
         except typer.Abort:
             errors.print("Aborted.")
@@ -144,6 +144,11 @@ def os_error(error: OSError) -> str:
     return f"{path}: {meaning} ({error.strerror})" if meaning else f"{path}: {error.strerror}"
 
 
+def print_error(message: str) -> None:
+    """`error: message` on stderr, the message's markup escaped: the one form of every error credo's CLI reports."""
+    errors.print(f"[bold red]error:[/bold red] {escape(message)}")
+
+
 def _fail(error: Exception) -> None:
     """One line on stderr naming what went wrong (at most `MAX_ERROR` characters), markup escaped; exit status 2."""
     message = one_line(os_error(error) if isinstance(error, OSError) else str(error)) or type(error).__name__
@@ -151,7 +156,7 @@ def _fail(error: Exception) -> None:
         message = f"{message[:MAX_ERROR]}... ({len(message) - MAX_ERROR:,} more characters cut)"
     if not isinstance(error, USER_ERRORS):
         message = f"{type(error).__name__}: {message} (run with --debug for the traceback)"
-    errors.print(f"[bold red]error:[/bold red] {escape(message)}")
+    print_error(message)
     raise typer.Exit(2)
 
 

@@ -414,9 +414,7 @@ def read_config_file(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]
     for base in base_files(data.pop("base", []), where):
         try:
             merged = deep_merge(merged, read_config_file(path.parent / base, (*_seen, path.resolve())))
-        except ConfigError as error:
-            if "in a cycle" in str(error):
-                raise
+        except ConfigError as error:  # named by the chain of files that include it
             raise ConfigError(f"{where}: base {base}: {error}") from None
     return deep_merge(merged, data)
 

@@ -59,8 +59,8 @@ A function that raises or returns something other than a number or None (or, in 
 with one value per row) follows `rollout.reward_errors`: "raise" stops with a one-line error naming the
 function and the row's prompt, "zero" scores that row 0 with a warning and counts it in
 `rollout/reward_errors`. A trl-style function that raises on a batch is called again row by row, to find the
-rows at fault (the others keep their values); one that returns a batch of the wrong shape fails every row of it. Responses are only ever passed to the functions as strings:
-credo never evaluates them.
+rows at fault (the others keep their values); one that returns a batch of the wrong shape fails every row of it.
+Responses are only ever passed to the functions as strings: credo never evaluates them.
 """
 
 from __future__ import annotations
