@@ -10,15 +10,18 @@
 #   gradient norm and wall time per run (checkpoints.py; without the runs amendment 10 of the plan leaves untimed);
 #   verdicts.md: every family's verdicts side by side, a column per report (examples/study_verdicts.py);
 #   gradient-variance.md: the tables of gradient_variance.sh's measurements (examples/gradient_variance_table.py).
-# A study whose records are not there yet is skipped with a line saying so.
+# A study with no finished run recorded yet is skipped with a line saying so.
 # Usage: bash docs/results/long-study/reports.sh
 set -euo pipefail
 R=docs/results/long-study/records
 O=docs/results/long-study
+finished() {  # finished STUDY: whether any run of STUDY has finished and been recorded
+  [ -n "$(find "$R/$1" -name summary.json -print -quit 2>/dev/null)" ]
+}
 report() {  # report STUDY OUTPUT [ARGS...]
   local study=$1 output=$2
   shift 2
-  if [ ! -f "$R/$study/study.yaml" ]; then echo "reports.sh: no records of $study yet, skipped"; return; fi
+  if ! finished "$study"; then echo "reports.sh: no finished run of $study recorded yet, skipped"; return; fi
   credo report "$R/$study" -o "$O/$output" "$@"
 }
 report long-main main
@@ -35,7 +38,7 @@ for cell in oracle_blame@tuned grpo_lambda@tuned s_trace@tuned grpo_4mb@tuned sr
   UNTIMED_MAIN+=("$cell/seed5")
 done
 for family in main survey; do
-  if [ -f "$R/long-$family/study.yaml" ]; then
+  if finished "long-$family"; then
     untimed=()
     if [ "$family" = main ]; then for run in "${UNTIMED_MAIN[@]}"; do untimed+=(--untimed "$run"); done; fi
     python "$O/checkpoints.py" "$R/long-$family" "${untimed[@]}" > "$O/checkpoints-$family.md.tmp"
