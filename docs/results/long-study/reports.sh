@@ -8,6 +8,7 @@
 #   tuning/: phase 1, redrawn from its report.json (its runs' records were not kept);
 #   checkpoints-main.md, checkpoints-survey.md: each cell's mean curves at the token checkpoints, its token entropy,
 #   gradient norm and wall time per run (checkpoints.py; without the runs amendment 10 of the plan leaves untimed);
+#   rate-contrasts.md: the main family's three 2e-4 cells against their 1e-4 controls (examples/contrast.py);
 #   verdicts.md: every family's verdicts side by side, a column per report (examples/study_verdicts.py);
 #   gradient-variance.md: the tables of gradient_variance.sh's measurements (examples/gradient_variance_table.py).
 # A study with no finished run recorded yet is skipped with a line saying so.
@@ -45,6 +46,20 @@ for family in main survey; do
     mv "$O/checkpoints-$family.md.tmp" "$O/checkpoints-$family.md"
   fi
 done
+# amendments 7-8's exploratory controls against their own cells: the learning rate's effect (1e-4 minus 2e-4)
+if [ -f "$O/main/report.json" ] && [ -f "$O/main-greedy/report.json" ]; then
+  {
+  printf '# The learning rate against the credit: the 2e-4 cells at 1e-4\n\n'
+  printf 'Made by `reports.sh`: `python examples/contrast.py` on the main family reports, each cell at 1e-4 minus the same cell at 2e-4.\n\n'
+  for cell in oracle_blame grpo_lambda srpo_oracle; do
+    for output in main main-greedy; do
+      python examples/contrast.py "$O/$output" "$cell@grpo_rate" "$cell@tuned"
+      printf '\n'
+    done
+  done
+  } > "$O/rate-contrasts.md.tmp"
+  mv "$O/rate-contrasts.md.tmp" "$O/rate-contrasts.md"
+fi
 folders=()
 for output in main main-greedy survey survey-greedy decisive-fragile; do
   [ -f "$O/$output/report.json" ] && folders+=("$O/$output")
