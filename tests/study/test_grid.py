@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -96,10 +97,10 @@ def test_study_file_errors_name_the_key(tmp_path, changes, message):
 
 @pytest.mark.parametrize("broken, message", [
     ({"config": str(CONFIGS / "grpo.yaml"), "set": {"optim": {"lr": -1}}},
-     r"tiny: method broken, difficulty default, seed 0:\n  optim.lr"),
+     r"study\.yaml: method broken, difficulty default, seed 0:\n  optim.lr"),
     ({"config": str(CONFIGS / "grpo.yaml"), "set": {"model": {"path": "no/such/model"}}},
-     r"^tiny: method broken, difficulty default, seed 0: model.path = 'no/such/model' does not exist; give a "),
-    ({"config": "missing.yaml"}, r"^tiny: method broken: config file .*missing.yaml does not exist$"),
+     r"^\S*study\.yaml: method broken, difficulty default, seed 0: model.path = 'no/such/model' does not exist; give a "),
+    ({"config": "missing.yaml"}, r"^\S*study\.yaml: method broken: config file .*missing.yaml does not exist$"),
 ], ids=["bad value", "model path", "missing config"])
 def test_a_bad_cell_fails_before_anything_runs(tmp_path, broken, message):
     """The bad cell comes second: nothing of the first runs either."""
@@ -232,8 +233,6 @@ def test_a_setting_credo_gained_since_a_run_does_not_orphan_it(tmp_path):
 
 def test_the_studies_guides_study_file_loads(tmp_path):
     """docs/guides/studies.md's annotated study file is a valid one (every key it shows, as it shows them)."""
-    import re
-
     guide = (Path(__file__).resolve().parents[2] / "docs" / "guides" / "studies.md").read_text()
     block = re.search(r"```yaml\n(name: testbed-hard\n.*?)```", guide, re.S)
     assert block, "docs/guides/studies.md: the study-file example moved"
@@ -242,8 +241,8 @@ def test_the_studies_guides_study_file_loads(tmp_path):
     assert list(study.config.methods) == ["grpo", "gspo", "dapo"] and study.config.report.exploratory == ["dapo"]
 
 
-def test_a_difficultys_missing_base_names_the_study_and_the_difficulty(tmp_path):
+def test_a_difficultys_missing_base_names_the_study_file_and_the_difficulty(tmp_path):
     path = write_study(tmp_path, difficulties={"hard": {"base": "nosuch_regime.yaml"}})
-    with pytest.raises(ConfigError, match=r"^tiny: difficulty hard: base nosuch_regime\.yaml: config file .*"
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: difficulty hard: base nosuch_regime\.yaml: config file .*"
                                           r"nosuch_regime\.yaml does not exist$"):
         load_study(path).cells()

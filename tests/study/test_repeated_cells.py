@@ -36,7 +36,7 @@ def recorded_study(folder: Path) -> Study:
     method configs are relative to configs/studies, where the study file was."""
     data = yaml.safe_load((folder / "study.yaml").read_text())
     data.pop("command", None)
-    return Study(StudyConfig(**data), STUDIES, folder / "runs")
+    return Study(StudyConfig(**data), STUDIES, folder / "runs", folder / "study.yaml")
 
 
 def study_of(tmp_path: Path, methods: dict) -> Study:
@@ -112,7 +112,7 @@ def test_two_cells_with_one_resolved_config_are_refused_before_any_run(tmp_path,
     monkeypatch.setattr(grid, "run_cell", lambda cell, **_: pytest.fail(f"{cell.label} ran"))
     with pytest.raises(ConfigError) as error:
         run_study(study, log=lambda _: None)
-    assert str(error.value) == "twins: " + "\n".join(lines)
+    assert str(error.value) == f"{tmp_path / 'study.yaml'}: " + "\n".join(lines)
     assert not (tmp_path / "out").exists()
     result = CliRunner().invoke(app, ["compare", str(tmp_path / "study.yaml")])
     assert result.exit_code == 2

@@ -153,6 +153,8 @@ class Study:
     root: Path
     """The study file's directory (method config paths are relative to it)."""
     output: Path
+    file: Path
+    """The study file, which an error in one of its cells names."""
 
     def cells(self) -> list[Cell]:
         """Every run of the grid, validated (a bad config or a model path that names no model is an error naming
@@ -161,16 +163,16 @@ class Study:
 
         out = []
         for difficulty, overrides in self.config.difficulties.items():
-            difficulty_set = self.with_bases(overrides, f"{self.config.name}: difficulty {difficulty}")
+            difficulty_set = self.with_bases(overrides, f"{self.file}: difficulty {difficulty}")
             for method, entry in self.config.methods.items():
                 try:
                     data = read_config_file(self.root / entry.config)
                 except ConfigError as error:
-                    raise ConfigError(f"{self.config.name}: method {method}: {error}") from None
+                    raise ConfigError(f"{self.file}: method {method}: {error}") from None
                 for layer in (self.config.set, difficulty_set, entry.set):
                     data = deep_merge(data, layer)
                 for seed in self.config.seeds_of(method):
-                    where = f"{self.config.name}: method {method}, difficulty {difficulty}, seed {seed}"
+                    where = f"{self.file}: method {method}, difficulty {difficulty}, seed {seed}"
                     config = validate(deep_merge(data, {"train": {"seed": seed}}), where)
                     try:
                         check_model_path(config.model)
@@ -217,7 +219,7 @@ def load_study(path: str | Path, output: str | Path | None = None) -> Study:
             raise ConfigError(f"{path}: report.exploratory: {method!r} is not one of the compared methods: "
                               f"{', '.join(m for m in config.methods if m != config.report.baseline)}")
     target = Path(output or config.output or Path("runs") / "studies" / config.name)
-    return Study(config, path.parent, target)
+    return Study(config, path.parent, target, path)
 
 
 def repeated_cells(study: Study, cells: list[Cell] | None = None) -> list[str]:
@@ -282,7 +284,7 @@ def check_distinct(study: Study, cells: list[Cell] | None = None) -> None:
     """A `ConfigError` naming every cell of the grid that would repeat another's runs (`repeated_cells`)."""
     lines = repeated_cells(study, cells)
     if lines:
-        raise ConfigError(f"{study.config.name}: " + "\n".join(lines))
+        raise ConfigError(f"{study.file}: " + "\n".join(lines))
 
 
 def cell_status(cell: Cell) -> str:
