@@ -42,7 +42,8 @@ POWERED = {"decisive": ("credit-decisive", "decisive"), "no-cancel": ("credit-no
            "hard": ("credit-hard", "hard")}
 REGIMES = {**POWERED, "long, sampled": ("long-study/main", "default"),
            "long, greedy": ("long-study/main-greedy", "default")}
-CLAIM = re.compile(r"(?P<regime>decisive|no-cancel|hard|long, sampled|long, greedy):|`(?P<method>[^`]+)`(?: vs `(?P<like>[^`]+)`)? "
+CLAIM = re.compile(r"(?P<regime>decisive|no-cancel|hard|long, sampled|long, greedy):|"
+                   r"`(?P<method>[^`]+)`(?: vs `(?P<like>[^`]+)`)? "
                    r"(?P<verdict>beats|falls behind|not distinguishable) \((?P<p><0\.001|\d\.\d{3})[;)]")
 
 
@@ -59,8 +60,9 @@ def _committed_results() -> dict:
 
 
 def test_scope_holm_column_holds_the_reports_verdicts() -> None:
-    """Every row's "survives Holm" cell (the long-horizon regime's too) says yes or partly and quotes verdicts (`method` [vs `like`] verdict
-    (Holm p), each after the regime it is in) that are the committed reports' under Holm's correction."""
+    """Every row's "survives Holm" cell (the long-horizon regime's too) says yes or partly and quotes verdicts
+    (`method` [vs `like`] verdict (Holm p), each after the regime it is in) that are the committed reports' under
+    Holm's correction."""
     from credo.study.tables import p_text
 
     results = _committed_results()

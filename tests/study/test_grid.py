@@ -97,15 +97,15 @@ def test_study_file_errors_name_the_key(tmp_path, changes, message):
 
 @pytest.mark.parametrize("broken, message", [
     ({"config": str(CONFIGS / "grpo.yaml"), "set": {"optim": {"lr": -1}}},
-     r"study\.yaml: method broken, difficulty default, seed 0:\n  optim.lr"),
+     r"STUDY: method broken, difficulty default, seed 0:\n  optim.lr"),
     ({"config": str(CONFIGS / "grpo.yaml"), "set": {"model": {"path": "no/such/model"}}},
-     r"^\S*study\.yaml: method broken, difficulty default, seed 0: model.path = 'no/such/model' does not exist; give a "),
-    ({"config": "missing.yaml"}, r"^\S*study\.yaml: method broken: config file .*missing.yaml does not exist$"),
+     r"^STUDY: method broken, difficulty default, seed 0: model.path = 'no/such/model' does not exist; give a "),
+    ({"config": "missing.yaml"}, r"^STUDY: method broken: config file .*missing.yaml does not exist$"),
 ], ids=["bad value", "model path", "missing config"])
 def test_a_bad_cell_fails_before_anything_runs(tmp_path, broken, message):
-    """The bad cell comes second: nothing of the first runs either."""
+    """The bad cell comes second: nothing of the first runs either. The error names the study file (STUDY)."""
     path = write_study(tmp_path, methods={"grpo": str(CONFIGS / "grpo.yaml"), "broken": broken}, report={"oracle": None})
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(ConfigError, match=message.replace("STUDY", re.escape(str(path)))):
         run_study(load_study(path), log=lambda _: None)
     assert not (tmp_path / "out" / "default").exists()
 
@@ -243,6 +243,6 @@ def test_the_studies_guides_study_file_loads(tmp_path):
 
 def test_a_difficultys_missing_base_names_the_study_file_and_the_difficulty(tmp_path):
     path = write_study(tmp_path, difficulties={"hard": {"base": "nosuch_regime.yaml"}})
-    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: difficulty hard: base nosuch_regime\.yaml: config file .*"
-                                          r"nosuch_regime\.yaml does not exist$"):
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: difficulty hard: base nosuch_regime\.yaml: "
+                                          r"config file .*nosuch_regime\.yaml does not exist$"):
         load_study(path).cells()

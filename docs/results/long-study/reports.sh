@@ -50,7 +50,8 @@ done
 if [ -f "$O/main/report.json" ] && [ -f "$O/main-greedy/report.json" ]; then
   {
   printf '# The learning rate against the credit: the 2e-4 cells at 1e-4\n\n'
-  printf 'Made by `reports.sh`: `python examples/contrast.py` on the main family reports, each cell at 1e-4 minus the same cell at 2e-4.\n\n'
+  printf 'Made by `reports.sh`: `python examples/contrast.py` on the main family reports, each cell at 1e-4 minus the\n'
+  printf 'same cell at 2e-4.\n\n'
   for cell in oracle_blame grpo_lambda srpo_oracle; do
     for output in main main-greedy; do
       python examples/contrast.py "$O/$output" "$cell@grpo_rate" "$cell@tuned"
