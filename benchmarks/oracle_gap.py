@@ -26,7 +26,7 @@ from typing import Any
 from _quick import tiny_testbed
 
 from credo.study.curves import first_crossing
-from credo.study.grid import MethodEntry, Study, StudyConfig, run_study
+from credo.study.grid import STUDY_FILE, MethodEntry, Study, StudyConfig, run_study
 from credo.study.runs import load_runs
 
 HARD = Path(__file__).parents[1] / "configs" / "testbed" / "hard"
@@ -60,7 +60,7 @@ def main() -> None:
             name="oracle-gap", seeds=seeds, set=overrides,
             methods={m: MethodEntry(config=str(HARD / f"{m}.yaml")) for m in ("grpo", "oracle_blame")},
         )
-        run_study(Study(config, HARD, output), log=print)
+        run_study(Study(config, HARD, output, output / STUDY_FILE), log=print)
         _, runs = load_runs(output)
     grpo, oracle = runs["default"]["grpo"], runs["default"]["oracle_blame"]
     curves = {name: [r.curve("greedy_pass@1", "rollout_tokens") for r in method_runs]
