@@ -46,6 +46,18 @@ def test_the_rule_takes_the_best_mean_area_and_flags_an_edge():
     assert choose_rates.choose(sampled["srpo"], greedy["srpo"], 0.005) == (2e-4, "extend higher")
 
 
+def test_a_metric_not_measured_along_the_curve_breaks_no_tie():
+    """The decisive retune evaluates greedy only (`eval.samples: 0`): its sampled areas are NaN and must not take
+    part, else a tie would go to whichever rate comes first."""
+    choose_rates = script("choose_rates")
+    nan = float("nan")
+    report = tuning_report({"grpo@lr=5e-05": {100: (nan, 0.600)}, "grpo@lr=1e-04": {100: (nan, 0.602)},
+                            "grpo@lr=2e-04": {100: (nan, 0.500)}})
+    greedy, sampled = choose_rates.areas(report, "greedy_pass@1"), choose_rates.areas(report, "pass@1")
+    assert sampled == {}
+    assert choose_rates.choose(greedy["grpo"], sampled.get("grpo", {}), 0.005) == (1e-4, "bracketed")
+
+
 def test_the_phase0_table_reads_finished_runs_only(tmp_path, monkeypatch, capsys):
     mechanisms = script("mechanisms")
     for method, finished in (("grpo", True), ("s_trace", True), ("vine", False)):

@@ -16,17 +16,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 from collections import defaultdict
 from pathlib import Path
 
 
 def areas(report: dict, metric: str) -> dict[str, dict[float, float]]:
-    """Per method, per learning rate, the mean over seeds of `metric`'s area at equal rollout tokens."""
+    """Per method, per learning rate, the mean over seeds of `metric`'s area at equal rollout tokens (a metric the
+    runs did not measure along the curve, such as sampled pass@1 with `eval.samples: 0`, is NaN there: left out)."""
     out: dict[str, dict[float, float]] = defaultdict(dict)
     for label, seeds in report["per_seed"].items():
         method, sep, rate = label.partition("@lr=")
-        values = [s["area_tokens"][metric] for s in seeds.values() if metric in s.get("area_tokens", {})]
+        values = [s["area_tokens"][metric] for s in seeds.values()
+                  if math.isfinite(s.get("area_tokens", {}).get(metric, math.nan))]
         if sep and values:
             out[method][float(rate)] = statistics.fmean(values)
     return out
@@ -59,12 +62,16 @@ def main() -> None:
     reports = json.loads((args.study / "report.json").read_text())
     report = reports[args.difficulty or next(iter(reports))]
     main_areas, tie_areas = areas(report, args.metric), areas(report, args.tie_metric)
+
+    def tie(method: str, rate: float) -> str:
+        value = tie_areas.get(method, {}).get(rate)
+        return "–" if value is None else f"{value:.3f}"
+
     print(f"| method | {args.metric} area by learning rate ({args.tie_metric} area) | chosen | grid |")
     print("|---|---|---|---|")
     for method in main_areas:
         rate, where = choose(main_areas[method], tie_areas.get(method, {}), args.tie)
-        tried = ", ".join(f"{r:.2e}: {v:.3f} ({tie_areas.get(method, {}).get(r, float('nan')):.3f})"
-                          for r, v in sorted(main_areas[method].items()))
+        tried = ", ".join(f"{r:.2e}: {v:.3f} ({tie(method, r)})" for r, v in sorted(main_areas[method].items()))
         print(f"| `{method}` | {tried} | {rate:.2e} | {where} |")
 
 
