@@ -41,15 +41,17 @@ def test_scope_table_has_a_holm_column_and_the_long_horizon_row() -> None:
 POWERED = {"decisive": ("credit-decisive", "decisive"), "no-cancel": ("credit-nocancel", "nocancel"),
            "hard": ("credit-hard", "hard")}
 REGIMES = {**POWERED, "long, sampled": ("long-study/main", "default"),
-           "long, greedy": ("long-study/main-greedy", "default")}
-CLAIM = re.compile(r"(?P<regime>decisive|no-cancel|hard|long, sampled|long, greedy):|"
+           "long, greedy": ("long-study/main-greedy", "default"),
+           "long survey, sampled": ("long-study/survey", "default"),
+           "long survey, greedy": ("long-study/survey-greedy", "default")}
+CLAIM = re.compile(r"(?P<regime>" + "|".join(map(re.escape, sorted(REGIMES, key=len, reverse=True))) + r"):|"
                    r"`(?P<method>[^`]+)`(?: vs `(?P<like>[^`]+)`)? "
                    r"(?P<verdict>beats|falls behind|not distinguishable) \((?P<p><0\.001|\d\.\d{3})[;)]")
 
 
 def _committed_results() -> dict:
-    """`{regime: DifficultyResult}` of the three credit reports and the long study's main family (its sampled and
-    greedy reports), as `credo report --from-json` recomputes them."""
+    """`{regime: DifficultyResult}` of the three credit reports and the long study's main and survey families (each
+    family's sampled and greedy reports), as `credo report --from-json` recomputes them."""
     from credo.study.results import results_from_json
 
     out = {}
