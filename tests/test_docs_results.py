@@ -107,6 +107,18 @@ def test_powered_study_tables_are_the_scripts_output() -> None:
     assert shown == printed
 
 
+def test_readme_headline_is_the_scripts_output() -> None:
+    """The README's headline table is what the command it names prints for the committed long-study reports."""
+    from example_scripts import load_example
+
+    readme = (ROOT / "README.md").read_text()
+    command = re.search(r"`python examples/study_verdicts\.py ([^`]+)`", readme)
+    assert command, "the README names no study_verdicts.py command"
+    folders = [ROOT / folder for folder in command[1].split()]
+    assert RESULTS / "long-study" / "main" in folders
+    assert load_example("study_verdicts").table(folders) in readme
+
+
 def _readme_text() -> dict[str, str]:
     """The README and every page its text moved to: the manual's pages but the specification (whose paper sections
     quote the papers' numbers), of which the sections the README's text moved to, and the powered study."""
