@@ -43,7 +43,8 @@ POWERED = {"decisive": ("credit-decisive", "decisive"), "no-cancel": ("credit-no
 REGIMES = {**POWERED, "long, sampled": ("long-study/main", "default"),
            "long, greedy": ("long-study/main-greedy", "default"),
            "long survey, sampled": ("long-study/survey", "default"),
-           "long survey, greedy": ("long-study/survey-greedy", "default")}
+           "long survey, greedy": ("long-study/survey-greedy", "default"),
+           "decisive, retuned": ("long-study/decisive-fragile", "decisive")}
 CLAIM = re.compile(r"(?P<regime>" + "|".join(map(re.escape, sorted(REGIMES, key=len, reverse=True))) + r"):|"
                    r"`(?P<method>[^`]+)`(?: vs `(?P<like>[^`]+)`)? "
                    r"(?P<verdict>beats|falls behind|not distinguishable) \((?P<p><0\.001|\d\.\d{3})[;)]")
@@ -51,7 +52,7 @@ CLAIM = re.compile(r"(?P<regime>" + "|".join(map(re.escape, sorted(REGIMES, key=
 
 def _committed_results() -> dict:
     """`{regime: DifficultyResult}` of the three credit reports and the long study's main and survey families (each
-    family's sampled and greedy reports), as `credo report --from-json` recomputes them."""
+    family's sampled and greedy reports) and its decisive re-run, as `credo report --from-json` recomputes them."""
     from credo.study.results import results_from_json
 
     out = {}
