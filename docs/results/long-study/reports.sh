@@ -78,9 +78,16 @@ gradient_variance_table() {  # gradient_variance_table TITLE SUFFIX: the start a
   python examples/gradient_variance_table.py "${columns[@]}"
   printf '\n'
 }
-{
+tables=$(
   gradient_variance_table "At the sampling policy: the whole batch, ratio 1" ""
   gradient_variance_table "Off policy: the 4th mini-batch after 3 optimiser steps" "_off_policy"
-} > "$O/gradient-variance.md.tmp"
-if [ -s "$O/gradient-variance.md.tmp" ]; then mv "$O/gradient-variance.md.tmp" "$O/gradient-variance.md"
-else rm "$O/gradient-variance.md.tmp"; echo "reports.sh: no gradient-variance measurements yet, skipped"; fi
+)
+if [ -n "$tables" ]; then
+  {
+  printf '# The gradient variance of IBPO in the long regime\n\n'
+  printf 'Made by `reports.sh` (`python examples/gradient_variance_table.py`) from the measurements of\n'
+  printf '`gradient_variance.sh`; what they say: [the results page](README.md#gradient-variance-ibpos-claim-in-the-long-regime).\n\n'
+  printf '%s\n' "$tables"
+  } > "$O/gradient-variance.md.tmp"
+  mv "$O/gradient-variance.md.tmp" "$O/gradient-variance.md"
+else echo "reports.sh: no gradient-variance measurements yet, skipped"; fi
