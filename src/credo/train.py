@@ -239,6 +239,8 @@ def update(trainer: Trainer, batch: RolloutBatch, state: TrainState, *,
     totals: dict[str, float] = {}
     credit = torch.zeros_like(batch.old_logp)  # (B, T)
     count = 0
+    params = [p for p in trainer.model.parameters() if p.requires_grad]
+    start = [p.detach().clone() for p in params]
     for _ in range(optim.epochs):
         order = torch.randperm(batch.size).to(batch.response_ids.device)
         for rows in order.chunk(optim.minibatches):
@@ -256,7 +258,20 @@ def update(trainer: Trainer, batch: RolloutBatch, state: TrainState, *,
             + (f"The last checkpoint, {checkpoint}, is intact" if checkpoint else "No checkpoint was written yet")
             + "; start a new run with a lower optim.lr, or check the rewards."
         )
-    return {key: value / count for key, value in totals.items()}, credit
+    metrics = {key: value / count for key, value in totals.items()}
+    return {**metrics, **update_size(params, start)}, credit
+
+
+def update_size(params: list[torch.Tensor], start: list[torch.Tensor]) -> dict[str, float]:
+    """How far one rollout batch's update moved the trainable weights: `optim/update_norm`, the L2 norm of the
+    change `||theta_after - theta_before||` over all its optimiser steps, and `optim/update_rel`, that norm over
+    `||theta_before||`. A study reads contrasts at matched update size from it: anything that moves the policy
+    further per batch (a higher rate, more mini-batches, larger advantages) shows here (docs/glossary.md). It costs
+    one copy of the trainable weights per step (all of them for full fine-tuning, the adapters' under LoRA)."""
+    change = torch.stack([torch.linalg.vector_norm((p.detach() - s).float()) for p, s in zip(params, start)])
+    size = torch.stack([torch.linalg.vector_norm(s.float()) for s in start])
+    norm, total = torch.linalg.vector_norm(change), torch.linalg.vector_norm(size)
+    return {"optim/update_norm": float(norm), "optim/update_rel": float(norm / total.clamp(min=1e-12))}
 
 
 def optimiser_step(trainer: Trainer, minibatch: RolloutBatch, state: TrainState, *,
