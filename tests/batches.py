@@ -51,6 +51,8 @@ def random_batch(
     segments = torch.where(response_mask, steps.long().cumsum(dim=1) - steps[:, :1].long(), -1)
     values = torch.rand(B, T + 1, generator=gen, dtype=dtype).gather(1, segments.clamp(min=0))  # one per step
     fields.update(segment_ids=segments, step_values=torch.where(response_mask, values, 0.0))
+    wrong_steps = torch.rand(B, T + 1, generator=gen) < 0.4  # the step checker's verdict on each step
+    fields.update(thought_ids=segments, thought_wrong=response_mask & wrong_steps.gather(1, segments.clamp(min=0)))
     fields.update(cutpoint_mask=response_mask & (fields["old_logp"].exp() < 0.9))  # SPO: sampled below p 0.9
     blame = (torch.rand(B, generator=gen) * (lengths + 2)).long() - 1  # -1 (no wrong step) .. length
     pi = fields["old_logp"].exp()  # the sampled token's probability: sum_v pi_v^2 in [pi^2, pi^2 + (1 - pi)^2]

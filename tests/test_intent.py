@@ -8,7 +8,8 @@ a token receives is `-B * dLoss/dlogp` (`credo.diagnostics`): positive pushes it
   documented exceptions: IBPO's shaping (a repairable failure is a near miss and may earn positive credit,
   but only on the tokens its successful revision kept; docs/methods.md sec. 5, "Readings we chose"), and
   KTAE's key tokens (a failure's token whose presence goes with success in its group, key-token value > 0;
-  docs/methods.md sec. 9), and the Monte-Carlo step values (vine, SPO-chain, SPO-tree: a failure's step that
+  docs/methods.md sec. 9), per-decision blame (`oracle_steps`: a failure's thoughts the step checker judges
+  right), and the Monte-Carlo step values (vine, SPO-chain, SPO-tree: a failure's step that
   raised its estimated value; sec. 8 and 11).
 - IBPO: the edited tokens of a repaired failure are never credited, its unedited tokens never blamed.
 - P-/S-trace (default): no token's own ratio outside PPO's clip range carries a gradient in the direction
@@ -70,6 +71,8 @@ def test_no_method_credits_a_failure_except_ibpo_kept_tokens(name, seed, shape, 
         may_gain = repaired_failures(batch).unsqueeze(1) & ~batch.edit_mask
     if "step_values" in method.reads:  # vine: a failure's step that raised its estimated value
         may_gain = loop_step_advantages(batch) > 0
+    if "thought_wrong" in method.reads:  # per-decision blame: a failure's right thoughts
+        may_gain = ~batch.thought_wrong
     if isinstance(method.estimator, KeyTokenAdvantage):  # KTAE: a failure's token that goes with success
         may_gain = key_token_values(batch.response_ids, batch.response_mask, batch.group_id, ~failed_rows(batch)) > 0
     assert (credit[failed & ~may_gain] <= 1e-12).all(), f"{name} credits a failed response's tokens"

@@ -31,9 +31,9 @@ def pad_batch(batch: RolloutBatch, extra: int) -> RolloutBatch:
     fields = {}
     recorded = [name for name, field in RECORDED.items() if field.shape == "token" and getattr(batch, name) is not None]
     for name in ("response_ids", "old_logp", "entropy", "sum_pi_squared", "ref_logp", "response_mask", "loss_mask",
-                 *recorded):
+                 "thought_ids", "thought_wrong", *recorded):
         value = getattr(batch, name)
-        fill = False if value.dtype == torch.bool else -1 if name == "segment_ids" else 0
+        fill = False if value.dtype == torch.bool else -1 if name in ("segment_ids", "thought_ids") else 0
         fields[name] = F.pad(value, (0, extra), value=fill)
     return batch.replace(**fields)
 
@@ -65,10 +65,11 @@ def test_groups_with_equal_rewards_give_exactly_zero_gradient(seed, name):
     _, group_index = torch.unique(batch.group_id, return_inverse=True)
     rewards = level[group_index % 4]  # every group constant, groups at different levels
     # Step values (vine) are what every state of such a group is worth: its outcome. With other values a step
-    # still gains or loses value inside a group of equal outcomes, and vine credits it by design.
+    # still gains or loses value inside a group of equal outcomes, and vine credits it by design. Likewise the step
+    # checker's verdicts (per-decision blame) agree within each group: every thought of a failure wrong.
     values = torch.where(batch.response_mask, rewards.unsqueeze(1), 0.0)
     batch = batch.replace(rewards=rewards, correct=rewards >= 1, revision_success=torch.zeros_like(rewards),
-                          step_values=values)
+                          step_values=values, thought_wrong=batch.response_mask & (rewards < 1).unsqueeze(1))
     method = get_method(name)
     credited, _ = method.credit(batch)
     logp = moved_logp(batch, seed)

@@ -38,6 +38,8 @@ FIELD_SOURCES: dict[str, str] = {
     "sum_pi_squared": "the behaviour policy's sums of squared next-token probabilities",
     "ref_logp": "a frozen reference policy's log-probs",
     "blame_start": "a task's step checker: the first wrong step of every failure",
+    "thought_ids": "a task's step checker: the thought of every response token",
+    "thought_wrong": "a task's step checker: every wrong thought of every response",
     "loss_mask": "a credit estimator's trained tokens",
     "trace_mask": "a credit estimator's trace selection",
     "advantages": "a credit estimator's per-token advantages",
@@ -71,6 +73,18 @@ def inside_response(mask: Tensor, response: Tensor) -> tuple[Tensor, str]:
     return mask & ~response, "selects tokens outside response_mask"
 
 
+def thought_ids_rule(thoughts: Tensor, response: Tensor) -> tuple[Tensor, str]:
+    """The rule of a (B, T) thought index: -1 off the response, >= 0 on it, never falling along a response (the
+    batch's `thought_ids`, and the `segment_ids` that samplers cutting responses into thoughts record)."""
+    off = (thoughts != -1) & ~response
+    if off.any():
+        return off, "must be -1 off the response"
+    if (response & (thoughts < 0)).any():
+        return response & (thoughts < 0), "must be >= 0 on response tokens"
+    falls = torch.nn.functional.pad((thoughts[:, 1:] < thoughts[:, :-1]) & response[:, 1:], (1, 0))
+    return falls, "must be non-decreasing along a response"
+
+
 RECORDED: dict[str, RecordedField] = {}
 """Every field a registered sampler records, by name (`declare_recorded`); `RolloutBatch` keeps them in
 `recorded` and gives them as attributes (`batch.prefix_len`)."""
@@ -100,7 +114,8 @@ def declare_recorded(sampler: str, fields: Mapping[str, RecordedField]) -> None:
 
 # Fields by role; used for validation and for selecting rows (mini-batches).
 _TOKEN_FLOAT = ("old_logp", "entropy", "sum_pi_squared", "ref_logp", "advantages")
-_TOKEN_BOOL = ("response_mask", "loss_mask", "trace_mask")
+_TOKEN_BOOL = ("response_mask", "loss_mask", "trace_mask", "thought_wrong")
+_TOKEN_INT = ("thought_ids",)
 _ROW_FLOAT = ("rewards",)
 _PROMPT = ("prompt_ids", "prompt_mask")
 
@@ -132,6 +147,12 @@ class _Fields:
     blame_start: Tensor | None = None
     """(B,) int64: first response token of the row's first wrong step by the task's step checker; -1 where
     no step is wrong (oracle credit)."""
+    thought_ids: Tensor | None = None
+    """(B, T) int64: the thought (step) each response token belongs to, 0-based and non-decreasing along a row, -1
+    off the response: the step checker's reading of the response (per-decision oracle credit)."""
+    thought_wrong: Tensor | None = None
+    """(B, T) bool subset of `response_mask`: the tokens of every thought the task's step checker judges wrong,
+    whatever the outcome (a failure's right thoughts are False, a lucky success's wrong ones True)."""
     advantages: Tensor | None = None
     """(B, T) float: per-token advantages, written by a credit estimator (zero off `loss_mask`)."""
     trace_mask: Tensor | None = None
@@ -238,7 +259,7 @@ def _validate(batch: RolloutBatch) -> None:
             _fail(f.name, f"must be a torch.Tensor, got {type(value).__name__}")
         if value.device != ids.device:
             _fail(f.name, f"is on {value.device} but response_ids is on {ids.device}")
-        token_level = f.name in _TOKEN_FLOAT + _TOKEN_BOOL
+        token_level = f.name in _TOKEN_FLOAT + _TOKEN_BOOL + _TOKEN_INT
         if f.name in _PROMPT:
             expected = (B, value.shape[-1]) if value.dim() == 2 else (B, "P")
         else:
@@ -263,7 +284,7 @@ def _validate(batch: RolloutBatch) -> None:
         _fail("response_mask", f"must be left-aligned (True on 0 .. n_b-1 of each row): {_first_position(aligned != response)}")
     for name, value in batch.recorded.items():
         _validate_recorded(name, value, batch.response_mask)
-    for name in ("loss_mask", "trace_mask"):
+    for name in ("loss_mask", "trace_mask", "thought_wrong"):
         mask = getattr(batch, name)
         if mask is not None:
             bad, must = inside_response(mask, response)
@@ -286,6 +307,12 @@ def _validate(batch: RolloutBatch) -> None:
         s = batch.sum_pi_squared
         if ((s < 0) | (s > 1)).any():
             _fail("sum_pi_squared", f"must lie in [0, 1]: {_first_position((s < 0) | (s > 1))}")
+    if batch.thought_ids is not None:
+        bad, must = thought_ids_rule(batch.thought_ids, response)
+        if bad.any():
+            _fail("thought_ids", f"{must}: {_first_position(bad)}")
+    if (batch.thought_ids is None) != (batch.thought_wrong is None):
+        _fail("thought_wrong", "thought_ids and thought_wrong come together (both or neither)")
     if batch.blame_start is not None:
         start = batch.blame_start
         if ((start < -1) | (start > lengths)).any():

@@ -11,7 +11,8 @@ group (`RecordedField.example`): for RRPO/SRPO the four rows continue a failed s
 (`prefix_len = 2`); for IBPO, two of three revisions of row 1 verify (s = 2/3) and changed its tokens
 4-5, while row 3 could not be repaired (s = 0); for vine, each response is three steps of two tokens whose
 Monte-Carlo values drop across each failure's wrong step. The trainer's fields are filled for every method: for
-oracle blame, the step checker puts the first wrong step of row 1 at token 3 and of row 3 at token 5; S-trace
+oracle blame, the step checker puts the first wrong step of row 1 at token 3 and of row 3 at token 5, and for
+per-decision blame it judges row 1's last thought right again (three thoughts of two tokens a row); S-trace
 keeps the top-20% entropy tokens; for OTB, each position's sum of squared probabilities puts the mass the sampled
 token leaves on the others at random.
 """
@@ -29,6 +30,9 @@ from credo.rollout.samplers import SAMPLERS
 
 TOKENS = 6
 REWARDS = (1.0, 0.0, 1.0, 0.0)
+THOUGHTS = torch.arange(TOKENS) // 2
+"""Three thoughts of two tokens each; the step checker finds row 1's thought 1 and row 3's thought 2 wrong (the
+failures' first wrong steps, `blame_start` 2 and 4; row 1's last thought is right again)."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,8 @@ def toy_batch(method: Method) -> RolloutBatch:
         entropy=entropy,
         sum_pi_squared=sum_pi_squared,
         blame_start=torch.tensor([-1, 2, -1, 4]),
+        thought_ids=THOUGHTS.repeat(B, 1),
+        thought_wrong=THOUGHTS.repeat(B, 1) == torch.tensor([[-1], [1], [-1], [2]]),
         recorded={name: field.example() for name, field in method.sampler.records.items()},
     )
 

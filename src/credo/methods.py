@@ -19,7 +19,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from credo.batch import FIELD_SOURCES, RolloutBatch
-from credo.credit import EntropySelection, GroupAdvantage, OracleBlameAdvantage, ResetAdvantage, RevisionAdvantage
+from credo.credit import (
+    EntropySelection,
+    GroupAdvantage,
+    OracleBlameAdvantage,
+    ResetAdvantage,
+    RevisionAdvantage,
+    StepOracleAdvantage,
+)
 from credo.credit.base import CreditEstimator, Metrics
 from credo.credit.entropy_weights import EntropyWeightedAdvantage
 from credo.credit.key_tokens import KeyTokenAdvantage
@@ -50,11 +57,13 @@ FAMILIES: dict[str, str] = {
 }
 """The method families (`Method.family`), each in one phrase."""
 
+STEP_CHECKER_FIELDS = frozenset({"blame_start", "thought_ids", "thought_wrong"})
+"""The batch fields credo's trainer fills from a task's step checker (`Task.checks_steps`)."""
 TRAINER_FIELDS = frozenset({"correct", "ref_logp", *STATISTICS})
 """Optional batch fields credo's trainer fills for any method (the verdicts; the behaviour policy's per-token
 statistics, `credo.logprobs.STATISTICS`: entropies and sums of squared probabilities, scored before credit when
 the method reads them; the frozen starting policy's log-probs when the loss has a KL penalty, `kl_beta > 0`);
-`blame_start` too on a task with a step checker."""
+`STEP_CHECKER_FIELDS` too on a task with a step checker."""
 
 
 @dataclass(frozen=True)
@@ -85,7 +94,7 @@ class Method:
         if unknown:
             raise ValueError(f"method {self.name}: unknown batch field(s) {', '.join(unknown)} (credo.batch.FIELD_SOURCES)")
         unfilled = sorted(self.loss.reads - self.estimator.writes - frozenset(self.sampler.records) - TRAINER_FIELDS
-                          - {"blame_start", "ref_logp"})
+                          - STEP_CHECKER_FIELDS - {"ref_logp"})
         if unfilled:
             raise ValueError(f"method {self.name}: its loss reads {', '.join(unfilled)}, which nothing fills")
 
@@ -112,7 +121,7 @@ class Method:
     def check_run(self, options: RolloutConfig, checks_steps: bool) -> None:
         """A `ValueError` unless credo's trainer can run the method with these sampling options on a task that
         has a step checker (`checks_steps`) or not."""
-        missing = self.missing(TRAINER_FIELDS | ({"blame_start"} if checks_steps else set()))
+        missing = self.missing(TRAINER_FIELDS | (STEP_CHECKER_FIELDS if checks_steps else set()))
         if missing:
             raise ValueError(f"method {self.name} needs {'; '.join(missing)}, which this run does not provide")
         self.sampler.check(options, checks_steps)
@@ -266,6 +275,12 @@ _add(Method(
     "oracle_blame", "oracle", "credo",
     "the yardstick: GRPO whose failures are blamed only from their first wrong step (tasks with a step checker)",
     GroupSampler(), OracleBlameAdvantage(), PPOClipLoss(),
+))
+_add(Method(
+    "oracle_steps", "oracle", "credo",
+    "the yardstick of per-decision blame: each thought gets its own correctness, group-normalised per prompt and "
+    "thought, whatever the outcome (tasks with a step checker)",
+    GroupSampler(), StepOracleAdvantage(), PPOClipLoss(),
 ))
 _add(Method(
     "ibpo_clip", "revision", "2605.16302",

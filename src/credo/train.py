@@ -32,7 +32,7 @@ from credo.policy import policy_logprobs
 from credo.progress import TrainProgress
 from credo.rollout.crn import EVAL, TRAIN
 from credo.rollout.groups import ProblemStream, Rollout
-from credo.rollout.thoughts import blame_start, token_pieces
+from credo.rollout.thoughts import blame_start, thought_verdicts, token_pieces
 from credo.tasks import Verdict
 from credo.trackers import Trackers
 from credo.trainer import (
@@ -204,16 +204,25 @@ def behaviour_batch(trainer: Trainer, rollout: Rollout) -> tuple[RolloutBatch, b
         old_logp, ref_logp = (None if t is None else torch.nan_to_num(t, nan=0.0, posinf=0.0, neginf=0.0)
                               for t in (old_logp, ref_logp))
         scored = {name: torch.nan_to_num(t, nan=0.0, posinf=0.0, neginf=0.0) for name, t in scored.items()}
-    blame = None
-    if trainer.task.checks_steps:
-        rules = trainer.config.rollout.resets.thoughts
-        blame = torch.tensor([
-            blame_start(token_pieces(trainer.tokenizer, c.response_ids[row][c.response_mask[row]].tolist()),
-                        verdict.first_wrong_step, rules)
-            for row, verdict in enumerate(rollout.verdicts)
-        ], device=trainer.device)
-    batch = rollout.batch(old_logp=old_logp, ref_logp=ref_logp, blame_start=blame, device=trainer.device)
+    checked = step_checks(trainer, rollout) if trainer.task.checks_steps else {}
+    batch = rollout.batch(old_logp=old_logp, ref_logp=ref_logp, device=trainer.device, **checked)
     return batch.replace(**{name: torch.where(batch.response_mask, t, 0.0) for name, t in scored.items()}), finite
+
+
+def step_checks(trainer: Trainer, rollout: Rollout) -> dict[str, torch.Tensor]:
+    """The step checker's verdicts as batch fields: `blame_start` (the first token of each row's first wrong
+    thought), `thought_ids` and `thought_wrong` (each token's thought, and whether the checker judged it wrong),
+    the thoughts cut by the rollout's thought rules (`rollout.resets.thoughts`)."""
+    rules = trainer.config.rollout.resets.thoughts
+    c = rollout.completions
+    starts, ids, wrong = [], torch.full(c.response_ids.shape, -1), torch.zeros(c.response_ids.shape, dtype=torch.bool)
+    for row, verdict in enumerate(rollout.verdicts):
+        pieces = token_pieces(trainer.tokenizer, c.response_ids[row][c.response_mask[row]].tolist())
+        starts.append(blame_start(pieces, verdict.first_wrong_step, rules))
+        thoughts, judged = thought_verdicts(pieces, verdict.wrong_steps, rules)
+        ids[row, :len(thoughts)] = torch.tensor(thoughts, dtype=torch.long)
+        wrong[row, :len(judged)] = torch.tensor(judged, dtype=torch.bool)
+    return {"blame_start": torch.tensor(starts), "thought_ids": ids, "thought_wrong": wrong}
 
 
 def finite_on(mask: torch.Tensor, *values: torch.Tensor | None) -> bool:

@@ -7,13 +7,15 @@ import random
 
 import pytest
 import torch
+from batches import random_batch
 from references import loop_group_advantage
 
 from credo.batch import RolloutBatch
 from credo.config import ConfigError, load_config
-from credo.credit import blame_mask
+from credo.credit import blame_mask, failed_rows
 from credo.methods import get_method
 from credo.rollout.thoughts import ThoughtRules, blame_start
+from credo.tasks.arith import ArithConfig, ArithTask, Chain
 
 
 def loop_blame(lengths, starts, failed, lucky):
@@ -124,3 +126,117 @@ def test_missing_offsets_and_tasks_without_a_step_checker_are_errors(tmp_path):
 def test_blame_start_outside_the_response_is_rejected(start):
     with pytest.raises(ValueError, match="blame_start"):
         batch_of([3], [start], [True], [0])
+
+
+# ---------------------------------------------------------------------------------------------- per-decision blame
+def loop_decision_advantages(batch, eps=1e-6):
+    """[b][t]: each thought's correctness normalised within (group, thought), one thought at a time."""
+    B, T = batch.response_mask.shape
+    verdicts = {}  # (row, thought) -> right
+    for b in range(B):
+        for t in range(T):
+            if batch.response_mask[b, t]:
+                verdicts[b, int(batch.thought_ids[b, t])] = not bool(batch.thought_wrong[b, t])
+    advantage = {}
+    for (b, j), right in verdicts.items():
+        peers = [float(r) for (b2, j2), r in verdicts.items()
+                 if j2 == j and int(batch.group_id[b2]) == int(batch.group_id[b])]
+        mean = sum(peers) / len(peers)
+        std = (sum((x - mean) ** 2 for x in peers) / len(peers)) ** 0.5
+        advantage[b, j] = 0.0 if max(peers) == min(peers) else (float(right) - mean) / (std + eps)
+    return [[advantage[b, int(batch.thought_ids[b, t])] if batch.response_mask[b, t] else 0.0 for t in range(T)]
+            for b in range(B)]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_decision_advantages_match_loop_reference(seed):
+    batch = random_batch(seed, dtype=torch.float64)
+    credited, _ = get_method("oracle_steps").credit(batch)
+    assert torch.allclose(credited.advantages.double(), torch.tensor(loop_decision_advantages(batch)).double(),
+                          atol=1e-5)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_one_thought_judged_by_its_outcome_is_grpo(seed):
+    # The identity: a response that is one thought, wrong exactly when the response failed, gets GRPO's advantage.
+    batch = random_batch(seed)
+    one = batch.replace(thought_ids=torch.where(batch.response_mask, 0, -1),
+                        thought_wrong=batch.response_mask & failed_rows(batch).unsqueeze(1))
+    steps, _ = get_method("oracle_steps").credit(one)
+    grpo, _ = get_method("grpo").credit(one)
+    # An empty response has no thought to judge but counts in its group's outcome statistics: leave its group out.
+    empty = batch.group_id[batch.lengths == 0]
+    compared = ~torch.isin(batch.group_id, empty)
+    assert torch.allclose(steps.advantages[compared], grpo.advantages[compared], atol=1e-5)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_per_decision_blame_credits_each_thought_by_its_own_correctness(seed):
+    # Intent: whatever the outcome, a right thought never loses and a wrong one never gains; where its decision
+    # class (group, thought) holds both verdicts, a right thought in a failure gains and a wrong thought in a
+    # success (a lucky one) loses, so the yardstick is not the first-error blame, which credits those the other way.
+    batch = random_batch(seed)
+    credited, _ = get_method("oracle_steps").credit(batch)
+    adv, response, wrong = credited.advantages, batch.response_mask, batch.thought_wrong
+    assert (adv[response & ~wrong] >= 0).all() and (adv[wrong] <= 0).all()
+    mixed = mixed_classes(batch)
+    failed = failed_rows(batch).unsqueeze(1) & response
+    assert (adv[failed & ~wrong & mixed] > 0).all()
+    assert (adv[~failed & response & wrong & mixed] < 0).all()
+    assert (adv[response & ~mixed] == 0).all()  # a class whose thoughts agree carries no credit, as under GRPO
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_per_decision_blame_is_at_grpos_scale(seed):
+    # Each mixed decision class has advantages of mean 0 and population std 1, as each mixed group has under GRPO:
+    # the yardstick moves the policy as far per decision as GRPO does per response, so a gain is credit, not step.
+    batch = random_batch(seed, dtype=torch.float64)
+    credited, _ = get_method("oracle_steps").credit(batch)
+    items = {}
+    for b, t in batch.response_mask.nonzero().tolist():
+        items[int(batch.group_id[b]), int(batch.thought_ids[b, t]), b] = float(credited.advantages[b, t])
+    classes = {}
+    for (g, j, _), a in items.items():
+        classes.setdefault((g, j), []).append(a)
+    checked = 0
+    for values in classes.values():
+        if any(abs(v) > 0 for v in values):
+            values = torch.tensor(values, dtype=torch.float64)
+            assert abs(float(values.mean())) < 1e-6 and abs(float(values.std(correction=0)) - 1) < 1e-4
+            checked += 1
+    assert checked or not mixed_classes(batch).any()
+
+
+def mixed_classes(batch):
+    """(B, T) bool: tokens whose decision class (group, thought) holds a right and a wrong thought."""
+    out = torch.zeros_like(batch.response_mask)
+    for b, t in batch.response_mask.nonzero().tolist():
+        j, g = int(batch.thought_ids[b, t]), int(batch.group_id[b])
+        peers = (batch.group_id.unsqueeze(1) == g) & (batch.thought_ids == j) & batch.response_mask
+        out[b, t] = bool(batch.thought_wrong[peers].any()) and bool((~batch.thought_wrong[peers]).any())
+    return out
+
+
+def test_per_decision_blame_needs_the_step_checker():
+    batch = random_batch(0).replace(thought_ids=None, thought_wrong=None)
+    with pytest.raises(ValueError, match="oracle_steps needs RolloutBatch.thought_ids and thought_wrong"):
+        get_method("oracle_steps").credit(batch)
+
+
+@pytest.mark.parametrize("response, errors, wrong", [
+    ("+5=12</thought>+3=15</thought>\\boxed{15}", [], ()),
+    ("+5=22</thought>+3=25</thought>\\boxed{25}", [(0, "slip")], (0,)),  # right after the error: not blamed
+    ("+5=12</thought>+3=1</thought>+4=9</thought>\\boxed{9}", [(1, "format")], (1, 2, 3)),
+    ("+5=12</thought>+3=15</thought>", [(2, "answer")], (2,)),  # the missing answer: past the last thought
+])
+def test_wrong_thoughts_reads_every_wrong_step(response, errors, wrong):
+    assert ArithTask.wrong_thoughts(response, errors) == wrong
+
+
+def test_a_lucky_success_is_blamed_on_its_wrong_steps_only():
+    # carry -10 then borrow +10 cancel: the answer is right, both wrong steps are judged wrong, the others right.
+    task = ArithTask(ArithConfig(noise={"misconceptions": {"carry": -10, "borrow": 10}}))
+    chain = Chain(start=7, steps=(("+", 5), ("-", 8), ("+", 1)))  # 7+5=12 (written 02), 02-8=94 (written 04: 94+10)
+    problem = task.problem(chain)
+    verdict = task.verify(problem, "+5=02</thought>-8=04</thought>+1=05</thought>\\boxed{05}")
+    assert verdict.correct and verdict.wrong_steps == (0, 1) and verdict.first_wrong_step == 0

@@ -5,7 +5,7 @@ See `credo.methods` (`METHODS`) for the named methods that pair an estimator wit
 
 from credo.credit.base import CreditEstimator, Metrics
 from credo.credit.groups import GroupAdvantage, failed_rows, group_advantages
-from credo.credit.oracle import OracleBlameAdvantage, blame_mask
+from credo.credit.oracle import OracleBlameAdvantage, StepOracleAdvantage, blame_mask, decision_advantages
 from credo.credit.resets import ResetAdvantage, suffix_mask
 from credo.credit.revisions import RevisionAdvantage, closest_revision, edit_distance, edit_mask, shaped_rewards
 from credo.credit.traces import EntropySelection, entropy_selection
@@ -18,8 +18,10 @@ __all__ = [
     "OracleBlameAdvantage",
     "ResetAdvantage",
     "RevisionAdvantage",
+    "StepOracleAdvantage",
     "blame_mask",
     "closest_revision",
+    "decision_advantages",
     "edit_distance",
     "edit_mask",
     "entropy_selection",

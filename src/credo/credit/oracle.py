@@ -1,7 +1,21 @@
-"""Oracle credit: perfect blame from a step checker, the yardstick for critic-free credit methods.
+"""Oracle credit: blame from a step checker, the yardsticks for critic-free credit methods.
 
-On a task whose checker knows each failed response's first wrong step (the testbed), GRPO's advantages
-are kept and a failed response is blamed only from that step onward:
+Two yardsticks, both at GRPO's credit scale on GRPO's groups (docs/methods.md, "The oracles").
+
+**Per-decision blame** (`StepOracleAdvantage`, method `oracle_steps`): each thought is credited by its own
+correctness, whatever the outcome, normalised as GRPO normalises rewards but within each decision class, the
+thought `j` of the responses to one prompt (group `g`):
+
+    c[b, j] = 1 if the checker judges thought j of row b right, else 0
+    A[b, t] = (c[b, j] - mean_{b' in g reaching j} c[b', j]) / (std_{b' in g reaching j} c[b', j] + eps),  j = thought of t
+
+so a right thought in a failure gains, a wrong thought in a lucky success loses, and a class whose thoughts all
+agree (every sample right at a near-deterministic step) gets 0, as a group whose rewards agree does under GRPO.
+With one thought per response judged by the outcome it is GRPO exactly.
+
+**First-error blame** (`OracleBlameAdvantage`, method `oracle_blame`). On a task whose checker knows each failed
+response's first wrong step (the testbed), GRPO's advantages are kept and a failed response is blamed only from
+that step onward:
 
     credit_mask[b, t] = response_mask[b, t] and t >= blame_start[b]      for a failed row b
 
@@ -22,9 +36,9 @@ import torch
 from torch import Tensor
 
 from credo.batch import RolloutBatch
-from credo.checks import check_choice
+from credo.checks import check_choice, check_range
 from credo.credit.base import Metrics
-from credo.credit.groups import GroupAdvantage, failed_rows
+from credo.credit.groups import SCALES, GroupAdvantage, failed_rows, group_advantages
 
 LUCKY = ("all", "before")
 NORMS = ("response", "trained")
@@ -72,3 +86,70 @@ class OracleBlameAdvantage(GroupAdvantage):
         if batch.blame_start is None:
             raise ValueError("oracle_blame needs RolloutBatch.blame_start (a task with a step checker), but it is None")
         return batch.loss_mask & blame_mask(batch.response_mask, batch.blame_start, failed_rows(batch), self.lucky)
+
+
+def decision_advantages(thought_ids: Tensor, thought_wrong: Tensor, group_id: Tensor, response_mask: Tensor, *,
+                        scale: str = "std", std_ddof: int = 0, eps: float = 1e-6) -> Tensor:
+    """(B, T) per-decision advantages: each thought's correctness `c = not wrong`, group-normalised within its
+    decision class (the rows of one group that reach thought `j`; `group_advantages` with the class as the group),
+    on every token of the thought; 0 off the response.
+
+    Args:
+        thought_ids: (B, T) int64, each token's thought (0-based, non-decreasing along a row), -1 off the response.
+        thought_wrong: (B, T) bool, the tokens of the thoughts the checker judges wrong.
+        group_id: (B,) int64, each row's group (prompt).
+        response_mask: (B, T) bool.
+        scale, std_ddof, eps: as for `group_advantages` ("none": centred only, unnormalised).
+    """
+    starts = response_mask & torch.nn.functional.pad(thought_ids[:, 1:] != thought_ids[:, :-1], (1, 0), value=True)
+    rows, positions = starts.nonzero(as_tuple=True)  # one item per (row, thought)
+    if rows.numel() == 0:
+        return torch.zeros(response_mask.shape, device=response_mask.device)
+    thoughts = thought_ids[rows, positions]  # (N,)
+    _, groups = torch.unique(group_id, return_inverse=True)
+    width = int(thoughts.max()) + 1
+    classes = groups[rows] * width + thoughts  # (N,) decision class (group, thought)
+    right = (~thought_wrong[rows, positions]).float()  # (N,)
+    item = group_advantages(right, classes, scale=scale, std_ddof=std_ddof, eps=eps)  # (N,)
+    table = torch.zeros(response_mask.shape[0], width, device=response_mask.device)  # (B, J)
+    table[rows, thoughts] = item
+    return torch.where(response_mask, table.gather(1, thought_ids.clamp(min=0, max=width - 1)), 0.0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepOracleAdvantage:
+    """Per-decision perfect blame: every thought credited by its own correctness, at GRPO's scale
+    (`decision_advantages`); the loss mask stays the response, so each token weighs what it does under GRPO."""
+
+    reads: ClassVar[frozenset[str]] = frozenset({"thought_ids", "thought_wrong"})
+    writes: ClassVar[frozenset[str]] = frozenset({"advantages"})
+
+    scale: str = "std"
+    """"std": each decision class normalised to unit std (GRPO's scale) | "none": centred only | "batch_std"."""
+    std_ddof: int = 0
+    """0: population std (credo's GRPO); 1: sample std."""
+    eps: float = 1e-6
+    """Added to each class's std."""
+
+    def __post_init__(self) -> None:
+        check_choice("StepOracleAdvantage", "scale", self.scale, SCALES)
+        check_choice("StepOracleAdvantage", "std_ddof", self.std_ddof, (0, 1))
+        check_range("StepOracleAdvantage", "eps", self.eps, 0.0)
+
+    def __call__(self, batch: RolloutBatch) -> tuple[RolloutBatch, Metrics]:
+        if batch.thought_ids is None or batch.thought_wrong is None:
+            raise ValueError("oracle_steps needs RolloutBatch.thought_ids and thought_wrong (a task with a step "
+                             "checker), but they are None")
+        adv = decision_advantages(batch.thought_ids, batch.thought_wrong, batch.group_id, batch.response_mask,
+                                  scale=self.scale, std_ddof=self.std_ddof, eps=self.eps)
+        advantages = adv * batch.loss_mask  # (B, T)
+        response = batch.response_mask
+        failed = failed_rows(batch).unsqueeze(1) & response  # (B, T)
+        right = response & ~batch.thought_wrong
+        metrics = {
+            "credit/adv_abs_mean": float(advantages.abs().sum() / response.sum().clamp(min=1)),
+            "credit/wrong_token_frac": float(batch.thought_wrong.sum() / response.sum().clamp(min=1)),
+            "credit/failure_right_gain_frac": float(((advantages > 0) & failed & right).sum()
+                                                     / (failed & right).sum().clamp(min=1)),
+        }
+        return batch.replace(advantages=advantages), metrics

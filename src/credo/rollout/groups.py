@@ -48,19 +48,19 @@ class Rollout:
     sampler's `prefix_len` and `segment_ids`, the revision sampler's `revision_success` and `edit_mask`)."""
 
     def batch(self, *, old_logp: Tensor | None = None, entropy: Tensor | None = None, ref_logp: Tensor | None = None,
-              blame_start: Tensor | None = None, device: torch.device | str | None = None) -> RolloutBatch:
+              device: torch.device | str | None = None, **checks: Tensor) -> RolloutBatch:
         """The rollout as the `RolloutBatch` that credit estimators and losses read, on `device`: the
         responses, prompts, rewards, verdicts and the sampler's records, with the behaviour policy's
         `old_logp` (None: zeros, for a caller that fills them later) and `entropy`, the reference policy's
-        `ref_logp` and the step checker's `blame_start`, where the caller has them. The one conversion from
-        sampler output to a batch."""
+        `ref_logp` and the step checker's fields (`checks`: `blame_start`, `thought_ids`, `thought_wrong`), where
+        the caller has them. The one conversion from sampler output to a batch."""
         c = self.completions
         fields = {
             "response_ids": c.response_ids, "response_mask": c.response_mask, "group_id": self.group_id,
             "rewards": self.rewards, "correct": torch.tensor([v.correct for v in self.verdicts]),
             "prompt_ids": c.prompt_ids, "prompt_mask": c.prompt_mask,
             "old_logp": old_logp if old_logp is not None else torch.zeros(c.response_ids.shape),
-            "entropy": entropy, "ref_logp": ref_logp, "blame_start": blame_start, **self.records,
+            "entropy": entropy, "ref_logp": ref_logp, **checks, **self.records,
         }
         moved = {k: v.to(device) if device is not None else v for k, v in fields.items() if v is not None}
         mask = moved["response_mask"]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from credo.batch import RecordedField
+from credo.batch import RecordedField, thought_ids_rule
 from credo.rollout.backend import GenerationBackend
 from credo.rollout.generate import Completions
 from credo.rollout.groups import Rollout
@@ -25,20 +25,9 @@ from credo.rollout.thoughts import Episode, ThoughtRules, episode, token_pieces
 from credo.tasks import Problem, Verdict, verify_all
 
 
-def _segments_rule(segments: Tensor, response: Tensor) -> tuple[Tensor, str]:
-    """Thought indices are -1 off the response, >= 0 on it and never fall along a response."""
-    off = (segments != -1) & ~response
-    if off.any():
-        return off, "must be -1 off the response"
-    if (response & (segments < 0)).any():
-        return response & (segments < 0), "must be >= 0 on response tokens"
-    falls = torch.nn.functional.pad((segments[:, 1:] < segments[:, :-1]) & response[:, 1:], (1, 0))
-    return falls, "must be non-decreasing along a response"
-
-
 SEGMENT_IDS = RecordedField(
     "token", "int", "thought (or step) index of each response token, 0-based, -1 off the response",
-    _segments_rule, lambda: torch.arange(6).div(2, rounding_mode="floor").repeat(4, 1),
+    thought_ids_rule, lambda: torch.arange(6).div(2, rounding_mode="floor").repeat(4, 1),
 )
 """`segment_ids`, recorded by the samplers that cut responses into thoughts (resets: thoughts; vine: steps); the
 demo's toy responses are three thoughts of two tokens."""

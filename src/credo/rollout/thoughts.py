@@ -111,3 +111,20 @@ def blame_start(pieces: list[str], wrong_step: int | None, rules: ThoughtRules) 
         return -1
     starts = [0] + split_thoughts(pieces, rules)[:-1]
     return starts[min(wrong_step, len(starts) - 1)]
+
+
+def thought_verdicts(pieces: list[str], wrong_steps: tuple[int, ...] | None,
+                     rules: ThoughtRules) -> tuple[list[int], list[bool]]:
+    """The thought index of every response token and whether its thought is wrong, from a step checker's
+    `wrong_steps` (0-based thoughts; None or empty: none wrong). A step past the response's last thought (a missing
+    step or answer) is the last thought's, as in `blame_start`.
+
+    >>> rules = ThoughtRules(delimiter="|", answer_marker="=")
+    >>> thought_verdicts(["a", "|", "b", "|", "=", "1"], (1, 3), rules)
+    ([0, 0, 1, 1, 2, 2], [False, False, True, True, True, True])
+    """
+    ends = split_thoughts(pieces, rules)
+    ids = [index for index, (start, end) in enumerate(zip([0] + ends[:-1], ends)) for _ in range(end - start)]
+    last = max(0, len(ends) - 1)
+    wrong = {min(step, last) for step in wrong_steps or ()}
+    return ids, [index in wrong for index in ids]

@@ -461,8 +461,24 @@ class ArithTask(RewardedTask):
         chain: Chain = problem.meta["chain"]
         answers = _ANSWER.findall(response)
         correct = bool(answers) and len(answers[-1]) <= ANSWER_DIGITS and int(answers[-1]) == int(problem.answer)
-        first_wrong, kind = self.first_wrong_step(chain, response)
-        return Verdict(reward=float(correct), correct=correct, first_wrong_step=first_wrong, error_kind=kind)
+        errors = list(self.step_errors(chain, response))
+        first_wrong, kind = errors[0] if errors else (None, None)
+        return Verdict(reward=float(correct), correct=correct, first_wrong_step=first_wrong, error_kind=kind,
+                       wrong_steps=self.wrong_thoughts(response, errors))
+
+    @staticmethod
+    def wrong_thoughts(response: str, errors: list[tuple[int, str]]) -> tuple[int, ...]:
+        """Every wrong thought of `response` from its `step_errors`: each wrong step, and from a malformed thought or
+        a wrong answer on, every thought the response still writes (none of them is a step of the chain).
+
+        >>> ArithTask.wrong_thoughts("+5=42</thought>+3=45</thought>x</thought>\\boxed{45}", [(2, "format")])
+        (2, 3)
+        """
+        thoughts = response.count(THOUGHT_END) + 1
+        wrong = [i for i, kind in errors if kind not in ("format", "answer")]
+        if errors and errors[-1][1] in ("format", "answer"):
+            wrong += range(errors[-1][0], max(thoughts, errors[-1][0] + 1))
+        return tuple(wrong)
 
     def decisions(self, chain: Chain, response: str) -> int:
         """How many well-formed thoughts of `response` apply a step of an active misconception type to the value the

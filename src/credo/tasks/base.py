@@ -53,6 +53,9 @@ class Verdict:
     correct: bool
     first_wrong_step: int | None = None
     """0-based index of the first wrong thought; None when every step is right or the task cannot tell."""
+    wrong_steps: tuple[int, ...] | None = None
+    """0-based indices of every wrong thought, in order (a malformed thought: it and every later one); empty when
+    every step is right; None when the task cannot tell (per-decision oracle credit)."""
     error_kind: str | None = None
     """What the first wrong step was (e.g. a misconception's name, "slip", "format"); None if no wrong step."""
     sandbox_failed: bool = False
@@ -68,7 +71,8 @@ class Verdict:
 class Task(Protocol):
     name: str
     checks_steps: bool
-    """Whether `verify` fills `first_wrong_step` (needed by oracle localisers and credit diagnostics)."""
+    """Whether `verify` fills `first_wrong_step` and `wrong_steps` (needed by the oracles, oracle localisers and
+    credit diagnostics)."""
 
     def train_problems(self, seed: int, start: int = 0) -> Iterator[Problem]:
         """An endless, seeded stream of training problems, resumable at position `start`."""

@@ -527,7 +527,8 @@ class CustomReward:
             verdict = replace(verdict, terms=tuple(terms[row]))
             if own is not None:  # the task's step checker: where the first wrong step is
                 verdict = replace(verdict, first_wrong_step=own[0][row].first_wrong_step,
-                                  error_kind=own[0][row].error_kind, sandbox_failed=own[0][row].sandbox_failed)
+                                  wrong_steps=own[0][row].wrong_steps, error_kind=own[0][row].error_kind,
+                                  sandbox_failed=own[0][row].sandbox_failed)
             verdicts.append(verdict)
         if unscored:
             level = logging.DEBUG if self._unscored_warned else logging.WARNING
