@@ -148,11 +148,11 @@ def test_decisions_are_counted_on_the_written_values_in_either_form():
         for _ in range(200):
             chain = task.random_chain(rng, rng.randint(1, 12))
             values = [(v + rng.choice([0, 0, 0, 10, 90, 37])) % 100 for v in chain.values()]
-            assert task.decisions(chain, task.write(chain, values, rng)) == reference_decisions(task, chain, values)
+            assert len(task.decisions(chain, task.write(chain, values, rng))) == reference_decisions(task, chain, values)
         chain = Chain(38, (("+", 5), ("-", 9), ("*", 7)), worked=worked)  # 38+5 carries; 43-9 borrows; *7
         text = trace(chain, [43, 34, 38])
-        assert task.decisions(chain, text) == 3
-        assert task.decisions(chain, text.replace("-9", "-8", 1)) == 1  # thought 2 names another step: stop
+        assert task.decisions(chain, text) == ["carry", "borrow", "mul7"]
+        assert task.decisions(chain, text.replace("-9", "-8", 1)) == ["carry"]  # thought 2 names another step: stop
 
 
 def test_length_facts_are_the_scripted_lengths():
@@ -173,3 +173,23 @@ def test_length_facts_are_the_scripted_lengths():
     assert facts["response_tokens"]["max"] == tokens[-1]
     assert facts["group_length_spread"] == 14
     assert facts["decay_span_0.99"] == pytest.approx(0.99 ** -(facts["response_tokens"]["median"] - 1))
+
+
+def test_decision_type_and_group_facts_are_counted_exactly():
+    """Groups of 8: the first problem's all wrong, every other one's half right: `no_success_group_share` is 1 / 5;
+    instances per type per batch is decisions per response x batch / types (the noise model's three)."""
+    config = ArithConfig(min_steps=5, max_steps=6, eval_steps=(5,), eval_per_bucket=8, invertible_steps=True,
+                         noise={"misconceptions": {"carry": -10, "borrow": 10, "mul7": 10}})
+    task = ArithTask(config)
+
+    def draw(prompt: str) -> str:
+        draw.count = getattr(draw, "count", -1) + 1
+        chain = chain_of(prompt)
+        return wrong_at(chain, 0, 50) if draw.count < 8 or draw.count % 2 else solution(chain)
+
+    facts = regime_facts(task, ScriptedPolicy(draw), eval_problems=task.eval_problems(), problems=5, samples=8,
+                         seed=0, temperature=1.0, max_new_tokens=48, batch_responses=64)
+    assert facts["no_success_group_share"] == pytest.approx(1 / 5)
+    assert facts["decision_types"] == 3
+    assert facts["instances_per_type_per_batch"] == pytest.approx(facts["decisions_per_response"] * 64 / 3)
+    assert facts["decisions_per_response"] > 0

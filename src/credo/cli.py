@@ -455,7 +455,8 @@ def testbed_facts(
         metavar="KEY=VALUE", help=BARE_OVERRIDES_HELP, show_default=False)] = None,
 ) -> None:
     """A regime's facts on its starting model: greedy and sampled accuracy, the share of lucky successes (right
-    answer, wrong step), wrong steps per failure, and the kinds of first errors (`credo.testbed_facts`)."""
+    answer, wrong step), wrong steps per failure, the kinds of first errors, the decisions per response, how often a
+    batch decides each misconception type and the share of groups without a success (`credo.testbed_facts`)."""
     import torch
 
     from credo.config import load_config
@@ -470,7 +471,8 @@ def testbed_facts(
     with torch.no_grad():
         facts = regime_facts(task, backend, eval_problems=held_out, problems=problems, samples=samples,
                              seed=run_config.train.seed, temperature=run_config.rollout.temperature,
-                             max_new_tokens=run_config.rollout.max_new_tokens)
+                             max_new_tokens=run_config.rollout.max_new_tokens,
+                             batch_responses=run_config.rollout.prompts_per_step * run_config.rollout.group_size)
     table = Table(title=f"regime facts: {config or 'defaults'} ({facts['responses']} sampled responses)")
     table.add_column("fact")
     table.add_column("value", justify="right")

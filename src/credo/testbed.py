@@ -17,6 +17,7 @@ machine starts from the same weights (an SFT on another CPU lands on other weigh
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import random
@@ -43,6 +44,7 @@ from credo.schema import Section
 from credo.tasks.arith import (
     ArithConfig,
     ArithTask,
+    KeyedMisconceptions,
     first_wrong_value,
     noisy_value,
     noisy_values,
@@ -147,19 +149,25 @@ class TestbedConfig(Section):
     def digest(self) -> str:
         """The config's hash (12 hex digits), over its JSON with the options of `ADDED_LATER` left out where they
         hold their default (so models built and shipped before those options existed keep their names)."""
-        exclude = {section: {key for key, default in options.items() if getattr(getattr(self, section), key) == default}
-                   for section, options in ADDED_LATER.items()}
+        exclude: dict = {}
+        for section, options in ADDED_LATER.items():
+            for dotted, default in options.items():
+                *parents, key = [section, *dotted.split(".")]
+                owner = functools.reduce(getattr, parents, self)
+                if getattr(owner, key) == default:
+                    functools.reduce(lambda level, name: level.setdefault(name, {}), parents, exclude)[key] = True
         return hashlib.sha256(f"{TESTBED_FORMAT}:{self.model_dump_json(exclude=exclude)}".encode()).hexdigest()[:12]
 
 
 ADDED_LATER: dict[str, dict[str, object]] = {
-    "task": {"max_misconception_steps": None, "invertible_steps": False, "worked": False, "p_check": 0.0},
+    "task": {"max_misconception_steps": None, "invertible_steps": False, "worked": False, "p_check": 0.0,
+             "decision_rate": None, "noise.keyed": KeyedMisconceptions()},
     "model": {"attn_implementation": "eager"},
 }
 """Options added to the config after `TESTBED_FORMAT` was set, with their defaults: at the default, an option is
 the SFT that existed before it, so `digest` leaves it out. A new option of the SFT's config belongs here (with
-its default), or else every model's cache name and shipped folder changes; `tests/test_shipped_testbed.py` pins
-the shipped names."""
+its default; a nested option by its dotted path, `noise.keyed`), or else every model's cache name and shipped folder
+changes; `tests/test_shipped_testbed.py` pins the shipped names."""
 
 
 def build_tokenizer():

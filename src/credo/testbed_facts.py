@@ -14,6 +14,11 @@ problems and reads every response with the step checker:
 - `decisions_per_response`: thoughts whose step, from the value the response wrote before it, is of a misconception
   type (`ArithTask.decisions`): the uncertain decisions of a response (the starting policy takes a misconception's
   wrong value there with probability about `p_misc`), over all responses and over the failures;
+- where outcome-level credit runs out of signal (docs/testbed.md, "Regime knobs"): `decision_types`, the noise
+  model's misconception types, and `instances_per_type_per_batch`, how often each type is decided in a rollout batch
+  of `batch_responses` (decisions per response x responses / types: about 110 with the three named misconceptions
+  shared by every problem, a few with a hundred keyed ones); `no_success_group_share`, the share of groups (the
+  `samples` responses to one problem) without a correct response, where GRPO's advantage is zero;
 - the lengths that the traces' decays and the length normalisations act on: `response_tokens` (median, 10th and 90th
   percentile, longest), `group_length_spread` (the median over groups of the longest minus the shortest response)
   and `decay_span_0.99` (0.99^-(L-1) at the median length L: how much more a lambda-return or trace of decay 0.99
@@ -45,9 +50,10 @@ def quantile(values: list[float], q: float) -> float:
 
 
 def regime_facts(task: ArithTask, backend, *, eval_problems, problems: int, samples: int, seed: int,
-                 temperature: float, max_new_tokens: int) -> dict:
+                 temperature: float, max_new_tokens: int, batch_responses: int = 128) -> dict:
     """The facts above from `samples` responses to each of the first `problems` training problems of the stream
-    `seed`, at `temperature`, and one greedy response per held-out problem in `eval_problems`."""
+    `seed`, at `temperature`, and one greedy response per held-out problem in `eval_problems`; a rollout batch holds
+    `batch_responses` responses."""
     if not isinstance(task, ArithTask):
         raise ValueError(f"regime facts read arith chains step by step; task {task.name!r} is not the testbed's arith")
     train = list(islice(task.train_problems(seed), problems))
@@ -56,7 +62,10 @@ def regime_facts(task: ArithTask, backend, *, eval_problems, problems: int, samp
     rows = [p for p in train for _ in range(samples)]
     verdicts = verify_all(task, rows, out.texts, "raise", out.id_lists())[0]
     errors = [task.wrong_steps(p.meta["chain"], text) for p, text in zip(rows, out.texts)]
-    decisions = [task.decisions(p.meta["chain"], text) for p, text in zip(rows, out.texts)]
+    decisions = [len(task.decisions(p.meta["chain"], text)) for p, text in zip(rows, out.texts)]
+    noise = task.config.noise
+    types = noise.keyed.count or len(noise.misconceptions)
+    solved = [any(v.correct for v in verdicts[i:i + samples]) for i in range(0, len(verdicts), samples)]
     lengths = out.response_mask.sum(dim=1).tolist()
     spreads = [max(lengths[i:i + samples]) - min(lengths[i:i + samples]) for i in range(0, len(lengths), samples)]
     correct = [e for v, e in zip(verdicts, errors) if v.correct]
@@ -77,6 +86,9 @@ def regime_facts(task: ArithTask, backend, *, eval_problems, problems: int, samp
         "decisions_per_response": sum(decisions) / len(decisions),
         "decisions_per_failure": (sum(d for v, d in zip(verdicts, decisions) if not v.correct) / len(failed)
                                   if failed else 0.0),
+        "decision_types": types,
+        "instances_per_type_per_batch": sum(decisions) / len(decisions) * batch_responses / max(types, 1),
+        "no_success_group_share": 1 - sum(solved) / len(solved),
         "response_tokens": {"median": quantile(lengths, 0.5), "p10": quantile(lengths, 0.1),
                             "p90": quantile(lengths, 0.9), "max": float(max(lengths))},
         "group_length_spread": quantile(spreads, 0.5),

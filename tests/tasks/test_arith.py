@@ -6,6 +6,7 @@ import math
 import random
 import re
 import zlib
+from collections import Counter
 from itertools import islice
 
 import pytest
@@ -15,9 +16,11 @@ from credo.tasks.arith import (
     ArithConfig,
     ArithTask,
     Chain,
+    KeyedMisconceptions,
     Noise,
     cancelling_offsets,
     first_wrong_value,
+    keyed_table,
     misconception_of,
     noisy_solution,
     noisy_values,
@@ -150,7 +153,7 @@ def test_misconception_steps_counts_on_the_correct_values():
         for op, b in chain.steps:
             count += ref_misconception(op, value, b, ALL3) is not None
             value = ref_apply(op, value, b)
-        assert chain.misconception_steps(ALL3) == count
+        assert chain.misconception_steps(Noise(misconceptions=ALL3)) == count
 
 
 # ------------------------------------------------------------------------------------------ noise model
@@ -431,9 +434,9 @@ def test_max_misconception_steps_filter():
     task = ArithTask(cfg)
     chains = [p.meta["chain"] for p in islice(task.train_problems(seed=0), 300)] + \
         [p.meta["chain"] for p in task.eval_problems()]
-    assert all(c.misconception_steps(ALL3) == 1 for c in chains)
+    assert all(c.misconception_steps(Noise(misconceptions=ALL3)) == 1 for c in chains)
     unfiltered = ArithTask(cfg.model_copy(update={"max_misconception_steps": None}))
-    assert any(p.meta["chain"].misconception_steps(ALL3) > 1 for p in islice(unfiltered.train_problems(seed=0), 300))
+    assert any(p.meta["chain"].misconception_steps(Noise(misconceptions=ALL3)) > 1 for p in islice(unfiltered.train_problems(seed=0), 300))
 
 
 def answer_after_one_error(chain: Chain, at: int, offset: int) -> int:
@@ -625,3 +628,61 @@ def test_worked_revision_rewrite_shows_values_only():
 def test_eval_steps_are_one_or_more_positive_lengths(eval_steps, says):
     with pytest.raises(ValidationError, match=re.escape(says)):
         ArithConfig(eval_steps=eval_steps)
+
+
+# ------------------------------------------------------------------------------------ keyed misconceptions
+KEYED = {"misconceptions": {}, "keyed": {"count": 100}, "p_slip": 0.0, "offsets_may_cancel": False}
+
+
+def keyed_config(**task) -> ArithConfig:
+    return ArithConfig(**{"min_steps": 8, "max_steps": 8, "eval_steps": (8,), "noise": KEYED, **task})
+
+
+def test_keyed_tables_are_seeded_stratified_and_bounded():
+    table = keyed_table(KeyedMisconceptions(count=100, max_offset=9, seed=3))
+    assert len(table) == 100 and table == keyed_table(KeyedMisconceptions(count=100, max_offset=9, seed=3))
+    assert table != keyed_table(KeyedMisconceptions(count=100, max_offset=9, seed=4))
+    per_digit = Counter(units for _, _, units in table)
+    assert per_digit == {units: 10 for units in range(10)}  # count / 10 keys for every units digit
+    assert all(op in "+-" and 1 <= b <= 9 and 1 <= offset <= 9 for (op, b, _), offset in table.items())
+    operand = keyed_table(KeyedMisconceptions(count=3, key="operand"))
+    assert len(operand) == 3 and all(units is None for _, _, units in operand)
+
+
+@pytest.mark.parametrize("rate, expected", [(1.0, 8.0), (0.375, 3.0), (0.0, 0.0)])
+def test_decision_rate_sets_the_decisions_per_chain(rate, expected):
+    task = ArithTask(keyed_config(decision_rate=rate))
+    rng = random.Random(0)
+    counts = [task.random_chain(rng, 8).misconception_steps(task.config.noise) for _ in range(400)]
+    assert sum(counts) / len(counts) == pytest.approx(expected, abs=0.25)
+    if rate == 1.0:
+        assert min(counts) == 8  # every units digit has keys: every step can be a decision
+
+
+def test_keyed_errors_never_cancel_and_the_checker_names_their_keys():
+    # Positive offsets on additions and subtractions add up below 100: a response is right iff no step is wrong.
+    task = ArithTask(keyed_config(decision_rate=1.0, noise={**KEYED, "p_misc": 0.5}))
+    rng = random.Random(1)
+    for _ in range(300):
+        chain = task.random_chain(rng, 8)
+        text, first_wrong = noisy_solution(chain, task.config.noise, rng)
+        verdict = task.verify(task.problem(chain), text)
+        assert verdict.correct == (first_wrong is None)
+        if first_wrong is not None:
+            assert verdict.error_kind in {f"{op}{b}@{units}" for op, b, units in keyed_table(task.config.noise.keyed)}
+            assert len(verdict.wrong_steps) >= 1 and verdict.wrong_steps[0] == first_wrong
+
+
+def test_keyed_misconceptions_are_checked_when_configured():
+    with pytest.raises(ValueError, match="a multiple of 10"):
+        KeyedMisconceptions(count=25)
+    with pytest.raises(ValueError, match="operand keys are at most 18"):
+        KeyedMisconceptions(count=20, key="operand")
+    with pytest.raises(ValueError, match="set noise.misconceptions: {}"):
+        Noise(keyed={"count": 10})
+    with pytest.raises(ValueError, match="needs keyed misconceptions"):
+        ArithConfig(decision_rate=0.5)
+    with pytest.raises(ValueError, match="lower noise.keyed.max_offset below 9"):
+        keyed_config(max_steps=12, eval_steps=(12,), noise={**KEYED, "keyed": {"count": 100, "max_offset": 9}})
+    with pytest.raises(ValueError, match="compact chains of additions and subtractions"):
+        keyed_config(worked=True)

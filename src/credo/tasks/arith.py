@@ -35,13 +35,14 @@ The held-out split is a hash of the prompt (crc32 % 10 == 0): train and eval nev
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import re
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -76,6 +77,63 @@ MISCONCEPTIONS: dict[str, Misconception] = {
 }
 
 
+KEYED_OPS = ("+", "-")
+"""The operations of chains with keyed misconceptions: added and subtracted errors shift every later value by their
+offset, so positive offsets add up and cannot cancel (a multiplication would scale them)."""
+
+
+class KeyedMisconceptions(Section):
+    """Problem-specific misconceptions: `count` step types, each with its own consistent wrong value.
+
+    Where the three named misconceptions are shared by every problem (a batch of 128 responses holds about a hundred
+    instances of each, so outcome-level RL already knows each one's sign), keyed ones are many and specific: keyed on
+    the operation and operand (`key: operand`: "every -4 is off", at most 18 types) or also on the units digit of the
+    value the step continues from (`key: digits`: "+7 after a value ending in 3 is off", `count / 10` keys for each
+    units digit, at most 180 types). Each key gets an offset in 1 .. `max_offset`, drawn with the keys from `seed`;
+    the chains then add and subtract only (`KEYED_OPS`), so errors never cancel while `max_offset` times the longest
+    chain stays below 100 (checked). `keyed_table` lists them.
+    """
+
+    count: int = Field(0, ge=0, le=180)
+    """How many keyed misconceptions (0: none)."""
+    key: Literal["operand", "digits"] = "digits"
+    """What a type is keyed on: "operand" (operation and operand, <= 18) | "digits" (also the units digit, <= 180,
+    a multiple of 10)."""
+    max_offset: int = Field(9, ge=1, le=99)
+    """Each type's wrong value is the right one plus an offset drawn from 1 .. max_offset."""
+    seed: int = 0
+    """Seed of the keys and offsets (a different seed is a different set of misconceptions)."""
+
+    @model_validator(mode="after")
+    def _fits(self) -> KeyedMisconceptions:
+        combos = len(KEYED_OPS) * 9
+        if self.key == "operand" and self.count > combos:
+            raise ValueError(f"keyed.count = {self.count}: operand keys are at most {combos} (+ and - with operands 1-9)")
+        if self.key == "digits" and self.count % 10:
+            raise ValueError(f"keyed.count = {self.count}: digit keys come count / 10 per units digit, so a multiple of 10")
+        return self
+
+
+@functools.lru_cache(maxsize=16)
+def keyed_table(keyed: KeyedMisconceptions) -> dict[tuple[str, int, int | None], int]:
+    """The keyed misconceptions: (op, operand, units digit of the value continued from, None for operand keys) ->
+    offset, drawn from `keyed.seed` (operands 1-9).
+
+    >>> table = keyed_table(KeyedMisconceptions(count=3, key="operand", seed=1))
+    >>> len(table), all(units is None and 1 <= offset <= 9 for (_, _, units), offset in table.items())
+    (3, True)
+    >>> sorted({units for _, _, units in keyed_table(KeyedMisconceptions(count=20))})
+    [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+    """
+    rng = random.Random(f"keyed-{keyed.seed}")
+    combos = [(op, b) for op in KEYED_OPS for b in range(1, 10)]
+    if keyed.key == "operand":
+        keys = [(op, b, None) for op, b in rng.sample(combos, keyed.count)]
+    else:
+        keys = [(op, b, units) for units in range(10) for op, b in rng.sample(combos, keyed.count // 10)]
+    return {key: rng.randint(1, keyed.max_offset) for key in keys}
+
+
 class Noise(Section):
     """How the SFT traces err (the starting policy's errors)."""
 
@@ -92,6 +150,9 @@ class Noise(Section):
     chain) is 0 mod 100, so that misconceptions cannot undo each other (carry -10 and borrow +10 can). A single
     error can still vanish through later multiplications (an error of 50 times 2), so some lucky successes remain."""
 
+    keyed: KeyedMisconceptions = KeyedMisconceptions()
+    """Problem-specific misconceptions (many step types, each with its own offset) instead of the named ones."""
+
     @field_validator("misconceptions")
     @classmethod
     def _known(cls, value: dict[str, int]) -> dict[str, int]:
@@ -101,6 +162,25 @@ class Noise(Section):
             if offset % MODULUS == 0:
                 raise ValueError(f"misconception {name!r} has offset {offset}, which is 0 mod {MODULUS}")
         return value
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Noise:
+        if self.keyed.count and self.misconceptions:
+            raise ValueError("noise.keyed.count > 0 replaces the named misconceptions: set noise.misconceptions: {}")
+        return self
+
+    def misconception_at(self, op: str, a: int, b: int) -> tuple[str, int] | None:
+        """The misconception that applies to the step `a op b`, if any: its name (a named one, or a keyed one's key
+        such as `+7@3`, `+7` for an operand key) and its offset."""
+        if self.keyed.count:
+            table = keyed_table(self.keyed)
+            for units in (a % 10, None):
+                offset = table.get((op, b, units))
+                if offset is not None:
+                    return f"{op}{b}" + ("" if units is None else f"@{units}"), offset
+            return None
+        name = misconception_of(op, a, b, self.misconceptions)
+        return None if name is None else (name, self.misconceptions[name])
 
 
 def misconception_of(op: str, a: int, b: int, active: dict[str, int]) -> str | None:
@@ -136,11 +216,11 @@ class Chain:
             out.append(value)
         return out
 
-    def misconception_steps(self, active: dict[str, int]) -> int:
-        """How many steps of the correct solution are of an active misconception type."""
+    def misconception_steps(self, noise: Noise) -> int:
+        """How many steps of the correct solution are of a misconception type of `noise`."""
         count, value = 0, self.start
         for op, b in self.steps:
-            count += misconception_of(op, value, b, active) is not None
+            count += noise.misconception_at(op, value, b) is not None
             value = OPS[op](value, b)
         return count
 
@@ -228,9 +308,9 @@ def noisy_value(op: str, a: int, b: int, noise: Noise, rng: random.Random) -> in
     """The value the noise model writes for `a op b`: its misconception's offset with probability
     `p_misc` where one applies, else a random slip with probability `p_slip`, else the right value."""
     right = OPS[op](a, b)
-    kind = misconception_of(op, a, b, noise.misconceptions)
-    if kind is not None:
-        return (right + noise.misconceptions[kind]) % MODULUS if rng.random() < noise.p_misc else right
+    misconception = noise.misconception_at(op, a, b)
+    if misconception is not None:
+        return (right + misconception[1]) % MODULUS if rng.random() < noise.p_misc else right
     return (right + rng.randrange(1, MODULUS)) % MODULUS if rng.random() < noise.p_slip else right
 
 
@@ -314,6 +394,9 @@ class ArithConfig(RewardOptions):
 
     Every step then maps the value it continues from one-to-one, so a wrong value changes every later value and
     the answer (with all operands, x 5 maps 12 and 32 to 60 alike)."""
+    decision_rate: float | None = Field(None, ge=0.0, le=1.0)
+    """With keyed misconceptions (`noise.keyed`): the probability that a step is of a keyed type (an uncertain
+    decision), so a chain of n steps holds about `decision_rate * n` of them; None: uniform operations."""
     noise: Noise = Noise()
     """The noise model: which misconceptions exist (also what the step checker calls a misconception)."""
 
@@ -345,8 +428,19 @@ class ArithConfig(RewardOptions):
                              f"{len(STEP_LABELS)} steps, but max_steps / eval_steps reach {longest}")
         if self.p_check and not self.worked:
             raise ValueError(f"p_check = {self.p_check} needs worked: true (a compact thought has no check)")
-        if self.min_misconception_steps and not self.noise.misconceptions:
-            raise ValueError("min_misconception_steps > 0 needs at least one misconception in noise.misconceptions")
+        keyed = self.noise.keyed
+        if self.min_misconception_steps and not (self.noise.misconceptions or keyed.count):
+            raise ValueError("min_misconception_steps > 0 needs at least one misconception in noise.misconceptions "
+                             "or noise.keyed")
+        if self.decision_rate is not None and not keyed.count:
+            raise ValueError(f"decision_rate = {self.decision_rate} needs keyed misconceptions (noise.keyed.count > 0)")
+        if keyed.count and not self.noise.offsets_may_cancel and keyed.max_offset * longest >= MODULUS:
+            raise ValueError(f"noise.offsets_may_cancel = false, but keyed offsets up to {keyed.max_offset} over "
+                             f"{longest} steps can sum to {MODULUS}: lower noise.keyed.max_offset below "
+                             f"{-(-MODULUS // longest)}")
+        if keyed.count and (self.worked or self.invertible_steps):
+            raise ValueError("keyed misconceptions take compact chains of additions and subtractions: worked and "
+                             "invertible_steps do not apply")
         return self
 
 
@@ -395,6 +489,9 @@ class ArithTask(RewardedTask):
         return trace(chain, values, [rng.random() < self.config.p_check for _ in values])
 
     def random_chain(self, rng: random.Random, steps: int) -> Chain:
+        """A chain of `steps` uniform operations; with keyed misconceptions, `keyed_chain`."""
+        if self.config.noise.keyed.count:
+            return self.keyed_chain(rng, steps)
         ops = list(OPS)
         operands = range(1, self.config.operand_max + 1)
         factors = [b for b in operands if math.gcd(b, MODULUS) == 1] if self.config.invertible_steps else operands
@@ -406,6 +503,26 @@ class ArithTask(RewardedTask):
         return Chain(start=rng.randint(1, self.config.start_max), steps=tuple(step() for _ in range(steps)),
                      worked=self.config.worked)
 
+    def keyed_chain(self, rng: random.Random, steps: int) -> Chain:
+        """A chain of additions and subtractions (`KEYED_OPS`) whose every step is, with probability `decision_rate`,
+        of a keyed misconception's type that applies to the value so far (drawn uniformly among them), and otherwise
+        an ordinary step (uniform among the others); None: uniform operations, decisions where they fall."""
+        cfg = self.config
+        combos = [(op, b) for op in KEYED_OPS for b in range(1, cfg.operand_max + 1)]
+        value = start = rng.randint(1, cfg.start_max)
+        chosen = []
+        for _ in range(steps):
+            keyed = [c for c in combos if cfg.noise.misconception_at(c[0], value, c[1]) is not None]
+            ordinary = [c for c in combos if c not in keyed]
+            if cfg.decision_rate is None:
+                pool = combos
+            else:
+                pool = keyed if keyed and (not ordinary or rng.random() < cfg.decision_rate) else ordinary
+            op, b = rng.choice(pool)
+            chosen.append((op, b))
+            value = OPS[op](value, b)
+        return Chain(start=start, steps=tuple(chosen), worked=cfg.worked)
+
     def _chains(self, rng: random.Random, steps: Callable[[], int], held_out: bool) -> Iterator[Chain]:
         """Chains of the split that pass the misconception filter (an error if the filter starves)."""
         cfg = self.config
@@ -413,7 +530,7 @@ class ArithTask(RewardedTask):
         misses = 0
         while True:
             chain = self.random_chain(rng, steps())
-            count = chain.misconception_steps(cfg.noise.misconceptions)
+            count = chain.misconception_steps(cfg.noise)
             if is_held_out(chain.prompt) != held_out or count < fewest or (most is not None and count > most):
                 misses += 1
                 if misses > MAX_DRAWS:
@@ -480,18 +597,21 @@ class ArithTask(RewardedTask):
             wrong += range(errors[-1][0], max(thoughts, errors[-1][0] + 1))
         return tuple(wrong)
 
-    def decisions(self, chain: Chain, response: str) -> int:
-        """How many well-formed thoughts of `response` apply a step of an active misconception type to the value the
-        thought before wrote: the response's uncertain decisions (where the noise model errs with `p_misc`)."""
-        count, written = 0, chain.start
+    def decisions(self, chain: Chain, response: str) -> list[str]:
+        """The misconception types of the well-formed thoughts of `response` that apply a step of such a type to the
+        value the thought before wrote: the response's uncertain decisions (where the noise model errs with
+        `p_misc`), by type."""
+        types, written = [], chain.start
         for i, thought in enumerate(response.split(THOUGHT_END)[:-1][:len(chain.steps)]):
             value = step_value(chain, i, thought)
             if value is None:
                 break
             op, b = chain.steps[i]
-            count += misconception_of(op, written, b, self.config.noise.misconceptions) is not None
+            misconception = self.config.noise.misconception_at(op, written, b)
+            if misconception is not None:
+                types.append(misconception[0])
             written = value
-        return count
+        return types
 
     def wrong_steps(self, chain: Chain, response: str) -> int:
         """How many thoughts of `response` are wrong (`step_errors`)."""
@@ -517,10 +637,9 @@ class ArithTask(RewardedTask):
                 return
             right = OPS[op](written, b)
             if value != right:
-                kind = misconception_of(op, written, b, self.config.noise.misconceptions)
-                offset = self.config.noise.misconceptions.get(kind, 0) if kind else 0
-                is_misconception = kind is not None and value == (right + offset) % MODULUS
-                yield i, kind if is_misconception else "slip"
+                misconception = self.config.noise.misconception_at(op, written, b)
+                is_misconception = misconception is not None and value == (right + misconception[1]) % MODULUS
+                yield i, misconception[0] if is_misconception else "slip"
             written = value
         if len(thoughts) != len(chain.steps) + 1 or thoughts[-1] != format_answer(written):
             yield len(chain.steps), "answer"
