@@ -17,6 +17,7 @@ from credo.testbed import (
     RevisionJob,
     TestbedConfig,
     build_tokenizer,
+    failable,
     least_padding_cuts,
     localisation_example,
     revision_example,
@@ -223,3 +224,19 @@ def test_every_well_formed_long_response_fits_the_regimes_token_budget(method):
         prompt = encode_prompts(tokenizer, [problem.prompt])[0]
         assert len(response) <= budget, (len(response), budget, problem.prompt)
         assert len(prompt) + len(response) <= positions
+
+
+def test_failed_traces_come_from_chains_that_can_fail():
+    # Without random slips a chain without a misconception step is always solved: the localisation and revision
+    # jobs draw another chain for it instead of sampling failures forever (keyed regimes have p_slip 0).
+    task = ArithTask(ArithConfig(min_steps=1, max_steps=8, eval_steps=(8,), decision_rate=0.3,
+                                 noise={"misconceptions": {}, "keyed": {"count": 100}, "p_slip": 0.0}))
+    rng = random.Random(0)
+    plain = next(c for c in (task.random_chain(rng, 1) for _ in range(200)) if not c.misconception_steps(task.config.noise))
+    chain = failable(task, plain, rng)
+    assert chain is not plain and chain.misconception_steps(task.config.noise) > 0
+    config = TestbedConfig(task=task.config, localisation={"share": 0.5}, revision={"share": 0.5})
+    assert len(sft_examples(config, task, build_tokenizer(), rng, 64)) == 64
+    slipping = ArithTask(ArithConfig())  # with slips every chain can fail: nothing is drawn, the streams stay as they were
+    state = rng.getstate()
+    assert failable(slipping, plain, rng) is plain and rng.getstate() == state

@@ -224,9 +224,9 @@ def sft_examples(config: TestbedConfig, task: ArithTask, tokenizer, rng: random.
         chain = task.random_chain(rng, rng.randint(task.config.min_steps, task.config.max_steps))
         job = rng.random()
         if job < config.localisation.share:
-            prompt, answer = localisation_example(config.localisation, task, chain, rng)
+            prompt, answer = localisation_example(config.localisation, task, failable(task, chain, rng), rng)
         elif job < config.localisation.share + config.revision.share:
-            prompt, answer = revision_example(config.revision, task, chain, rng)
+            prompt, answer = revision_example(config.revision, task, failable(task, chain, rng), rng)
         else:
             prompt, answer = chain.prompt, task.write(chain, noisy_values(chain, task.config.noise, rng), rng)
         prompt_texts.append(chat_prompt(tokenizer, prompt))
@@ -249,6 +249,19 @@ def localisation_example(job: LocalisationJob, task: ArithTask, chain, rng: rand
         k = rng.randint(k + 1, n)
     prompt = localisation_prompt(chain.prompt, thoughts, TESTBED_PROMPT, TESTBED_STEP_FORMAT)
     return prompt, f"\\boxed{{{k}}}"
+
+
+def failable(task: ArithTask, chain, rng: random.Random):
+    """`chain` if the noise model can make it fail, else the first chain drawn after it that it can: without random
+    slips (`p_slip` 0) a chain without a misconception step is always solved, and `failed_values` would never return.
+    (With slips every chain can fail and nothing is drawn, so the SFT streams of models built before are unchanged.)"""
+    noise = task.config.noise
+    if noise.p_slip == 0 and noise.p_misc == 0:
+        raise ValueError("the SFT's localisation and revision jobs need failed traces, but noise.p_misc and "
+                         "noise.p_slip are both 0: no trace can fail (set localisation.share and revision.share to 0)")
+    while noise.p_slip == 0 and chain.misconception_steps(noise) == 0:
+        chain = task.random_chain(rng, rng.randint(task.config.min_steps, task.config.max_steps))
+    return chain
 
 
 def failed_values(task: ArithTask, chain, rng: random.Random) -> tuple[list[int], int]:
