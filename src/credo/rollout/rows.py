@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor
 
 from credo.batch import RecordedField, thought_ids_rule
 from credo.rollout.backend import GenerationBackend
@@ -23,7 +22,6 @@ from credo.rollout.generate import Completions
 from credo.rollout.groups import Rollout
 from credo.rollout.thoughts import Episode, ThoughtRules, episode, token_pieces
 from credo.tasks import Problem, Verdict, verify_all
-
 
 SEGMENT_IDS = RecordedField(
     "token", "int", "thought (or step) index of each response token, 0-based, -1 off the response",
