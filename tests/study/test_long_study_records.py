@@ -72,3 +72,11 @@ def test_bad_arguments_are_one_line_errors(repository: Path) -> None:
     missing = records(repository, "restore", "s")
     assert missing.returncode == 1
     assert missing.stderr.strip() == "records.sh: docs/results/long-study/records/s holds no study.yaml; nothing to restore"
+
+
+def test_records_may_live_under_another_root(repository: Path) -> None:
+    # The headroom map keeps its records beside its own reports: the optional third argument.
+    done = records(repository, "save", "s", "docs/results/headroom/records")
+    assert done.returncode == 0 and "save s: 2 finished runs" in done.stdout
+    assert (repository / "docs/results/headroom/records/s/default/grpo/seed1/summary.json").exists()
+    assert not (repository / "docs/results/long-study/records/s").exists()

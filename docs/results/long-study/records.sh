@@ -7,12 +7,14 @@
 # about 85 kB: what the report's credit heatmaps show); the weights, checkpoints and other samples stay behind
 # (3.4 MB and more per run). `restore` copies them back, so that `credo compare` counts those runs as done and runs only the rest.
 # `credo report docs/results/long-study/records/NAME -o DIR` reads the records as it reads the study directory.
-# Usage, from the repository root: bash docs/results/long-study/records.sh save|restore NAME
+# Usage, from the repository root: bash docs/results/long-study/records.sh save|restore NAME [ROOT]
+# (ROOT: the folder that holds the records, docs/results/long-study/records by default; the headroom map keeps its
+# own, docs/results/headroom/records.)
 set -euo pipefail
 ACTION=${1:?give save or restore}
 NAME=${2:?give the study name, e.g. long-main}
 RUNS=runs/studies/$NAME
-RECORDS=docs/results/long-study/records/$NAME
+RECORDS=${3:-docs/results/long-study/records}/$NAME
 case $ACTION in
   save) FROM=$RUNS; TO=$RECORDS;;
   restore) FROM=$RECORDS; TO=$RUNS;;

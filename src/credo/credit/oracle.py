@@ -99,7 +99,9 @@ def decision_advantages(thought_ids: Tensor, thought_wrong: Tensor, group_id: Te
         thought_wrong: (B, T) bool, the tokens of the thoughts the checker judges wrong.
         group_id: (B,) int64, each row's group (prompt).
         response_mask: (B, T) bool.
-        scale, std_ddof, eps: as for `group_advantages` ("none": centred only, unnormalised).
+        scale: as for `group_advantages` ("none": centred only, unnormalised).
+        std_ddof: as for `group_advantages`.
+        eps: as for `group_advantages`.
     """
     starts = response_mask & torch.nn.functional.pad(thought_ids[:, 1:] != thought_ids[:, :-1], (1, 0), value=True)
     rows, positions = starts.nonzero(as_tuple=True)  # one item per (row, thought)
