@@ -503,3 +503,25 @@ def test_smollm2_trains_on_a_conversational_parquet_with_trls_own_reward_functio
 
     assert [step for step, rows in user_rewards.SEEN if rows == 4] == [0, 1]  # each step's 2 x 2 responses
     sys.modules.pop("user_rewards")
+
+
+def test_the_logged_update_size_is_the_weights_change(tmp_path, monkeypatch):
+    # One step of two mini-batches: optim/update_norm is ||theta_after - theta_before|| over both optimiser steps, and
+    # optim/update_rel that over ||theta_before||, read off the saved weights. (The tiny model never answers right:
+    # odd-length responses are rewarded so that the groups carry signal.)
+    from credo.tasks import Verdict
+    from credo.tasks.arith import ArithTask
+
+    monkeypatch.setattr(ArithTask, "verify", lambda self, p, r: Verdict(float(len(r) % 2), bool(len(r) % 2)))
+    summary, run_dir = run(tmp_path, None, ["train.steps=1", "train.eval_every=5", "optim.minibatches=2",
+                                            "optim.lr=0.01"])
+    config = load_config(None, TINY)
+    start, _ = load_model(config.model, torch.device("cpu"))
+    trained, _ = load_model(ModelConfig(path=str(run_dir / "model")), torch.device("cpu"))
+    change = torch.cat([(b - a).flatten() for a, b in zip(start.parameters(), trained.parameters())]).norm()
+    size = torch.cat([a.flatten() for a in start.parameters()]).norm()
+    record = next(json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+                  if '"optim/update_norm"' in line)
+    assert summary["steps"] == 1 and float(change) > 0
+    assert record["optim/update_norm"] == pytest.approx(float(change), rel=1e-4)
+    assert record["optim/update_rel"] == pytest.approx(float(change / size), rel=1e-4)
