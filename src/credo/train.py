@@ -476,6 +476,7 @@ def finish(trainer: Trainer, state: TrainState) -> dict:
     records = trainer.run.records()
     evals = [r for r in records if "eval" in r]
     precisions = [r["credit/blame_precision"] for r in records if "credit/blame_precision" in r]
+    updates = [r["optim/update_norm"] for r in records if "optim/update_norm" in r]
     summary = {
         "method": trainer.config.method,
         "task": trainer.task.name,
@@ -487,6 +488,7 @@ def finish(trainer: Trainer, state: TrainState) -> dict:
         "eval_start": evals[0]["eval"],
         "eval_end": evals[-1]["eval"],
         "blame_precision": sum(precisions) / len(precisions) if precisions else None,
+        "update_norm": sum(updates) / len(updates) if updates else None,
     }
     with atomic_directory(trainer.run.model_dir) as tmp:
         export_model(trainer.model, trainer.tokenizer, tmp)

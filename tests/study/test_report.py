@@ -639,3 +639,20 @@ def test_a_report_written_without_per_seed_values_is_corrected_from_its_interval
     assert "Δ greedy_pass@1 area, equal steps (interpolated, over the steps both trained)" in text
     again = write_report(tmp_path / "written", from_json=True).read_text()
     assert again == text  # drawn again from what it wrote: the same
+
+
+def test_the_update_size_column_appears_when_the_runs_logged_it(study_dir):
+    # Runs logged before update sizes (no `update_norm` in summary.json): no column, as the committed reports were.
+    write_report(study_dir)
+    assert "update size" not in (study_dir / "report.md").read_text()
+    for method in CURVES:
+        for seed in SHIFT:
+            path = study_dir / "default" / method / f"seed{seed}" / "summary.json"
+            summary = json.loads(path.read_text())
+            path.write_text(json.dumps({**summary, "update_norm": 0.02 if method == "better" else 0.01 + 0.002 * seed}))
+    write_report(study_dir)
+    rows = {r["method"]: r for r in json.loads((study_dir / "report.json").read_text())["default"]["methods"]}
+    assert rows["better"]["update_norm"]["mean"] == pytest.approx(0.02)
+    assert rows["grpo"]["update_norm"]["mean"] == pytest.approx(0.011)
+    header = next(line for line in (study_dir / "report.md").read_text().splitlines() if "wall s" in line)
+    assert header.rstrip().endswith("update size |")

@@ -164,6 +164,8 @@ class MethodRow:
     blame_precision: Estimate | None
     rollout_tokens: Estimate
     wall_s: Estimate
+    update_norm: Estimate | None = None
+    """The mean update size per rollout batch (`optim/update_norm`), to read a contrast at matched step size."""
 
     def as_json(self) -> dict:
         def est(e: Estimate | None):
@@ -180,7 +182,7 @@ class MethodRow:
             {"value": self.share.value, "low": self.share.low, "high": self.share.high, "seeds": self.share.seeds},
             "tokens_to_baseline_final": est(self.tokens_to_target), "reached_baseline_final": self.reached,
             "blame_precision": est(self.blame_precision), "rollout_tokens": est(self.rollout_tokens),
-            "wall_s": est(self.wall_s),
+            "wall_s": est(self.wall_s), "update_norm": est(self.update_norm),
         }
 
     @classmethod
@@ -209,6 +211,7 @@ class MethodRow:
             tokens_to_target=est(data["tokens_to_baseline_final"]),
             reached=data["reached_baseline_final"], blame_precision=est(data["blame_precision"]),
             rollout_tokens=est(data["rollout_tokens"]), wall_s=est(data["wall_s"]),
+            update_norm=est(data.get("update_norm")),
         )
 
 
@@ -274,6 +277,7 @@ def analyse(values: RegimeValues, report: ReportConfig, difficulty: str) -> Diff
         like = report.like_for_like.get(method)
         crossings = [v.tokens_to_target for v in ours.values() if v.tokens_to_target is not None]
         precisions = [v.blame_precision for v in ours.values() if v.blame_precision is not None]
+        updates = [v.update_norm for v in ours.values() if v.update_norm is not None]
         rows.append(MethodRow(
             method=method, seeds=len(ours),
             final={k: mean_interval([v.final[k] for v in ours.values()]) for k in next(iter(ours.values())).final
@@ -289,6 +293,7 @@ def analyse(values: RegimeValues, report: ReportConfig, difficulty: str) -> Diff
             blame_precision=mean_interval(precisions) if precisions else None,
             rollout_tokens=mean_interval([v.rollout_tokens for v in ours.values()]),
             wall_s=mean_interval([v.wall_s for v in ours.values()]),
+            update_norm=mean_interval(updates) if len(updates) == len(ours) else None,
         ))
     rows, family = corrected(rows, report)
     return DifficultyResult(difficulty, values.metric, values.budget, values.target, rows,

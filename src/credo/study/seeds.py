@@ -58,19 +58,22 @@ class SeedValues:
     rollout_tokens: float
     wall_s: float
     unstable: bool
+    update_norm: float | None = None
+    """The run's mean update size per rollout batch (`optim/update_norm`; None for runs logged before it)."""
 
     def as_json(self) -> dict:
         return {"final": self.final, "area_tokens": self.area,
                 "steps": {k: {"step": list(c.x), "value": list(c.y)} for k, c in self.steps.items()},
                 "tokens_to_baseline_final": self.tokens_to_target, "blame_precision": self.blame_precision,
-                "rollout_tokens": self.rollout_tokens, "wall_s": self.wall_s, "unstable": self.unstable}
+                "rollout_tokens": self.rollout_tokens, "wall_s": self.wall_s, "unstable": self.unstable,
+                "update_norm": self.update_norm}
 
     @classmethod
     def from_json(cls, data: dict) -> SeedValues:
         return cls(data["final"], data["area_tokens"],
                    {k: Curve(tuple(c["step"]), tuple(c["value"])) for k, c in data["steps"].items()},
                    data["tokens_to_baseline_final"], data["blame_precision"], data["rollout_tokens"], data["wall_s"],
-                   data["unstable"])
+                   data["unstable"], data.get("update_norm"))
 
 
 @dataclass(frozen=True)
@@ -166,5 +169,6 @@ def regime_values(runs: dict[str, list[Run]], report: ReportConfig, difficulty: 
         tokens_to_target=first_crossing(r.curve(metric, "rollout_tokens"), target),
         blame_precision=r.summary.get("blame_precision"),
         rollout_tokens=r.summary["rollout_tokens"], wall_s=r.summary["wall_s"], unstable=r.unstable(metric),
+        update_norm=r.summary.get("update_norm"),
     ) for r in method_runs} for method, method_runs in finished.items()}
     return RegimeValues(metric, budget, target, None if checkpoints is None else checkpoints[0], cells)

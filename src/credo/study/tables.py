@@ -117,6 +117,8 @@ def table(result: DifficultyResult, report: ReportConfig) -> Table:
         ("rollout tokens", lambda r: tokens_text(r.rollout_tokens.mean)),
         ("wall s", lambda r: f"{r.wall_s.mean:.0f}"),
     ]
+    if any(r.update_norm is not None for r in result.rows):  # runs logged before update sizes have none
+        columns.append(("update size", lambda r: f"{r.update_norm.mean:.3g}" if r.update_norm else "–"))
     return Table(tuple(name for name, _ in columns), tuple(tuple(cell(r) for _, cell in columns) for r in result.rows))
 
 
