@@ -16,10 +16,12 @@ from credo.testbed import (
     LocalisationJob,
     RevisionJob,
     TestbedConfig,
+    TestbedModel,
     build_tokenizer,
     failable,
     least_padding_cuts,
     localisation_example,
+    new_model,
     revision_example,
     sft_batches,
     sft_examples,
@@ -240,3 +242,20 @@ def test_failed_traces_come_from_chains_that_can_fail():
     slipping = ArithTask(ArithConfig())  # with slips every chain can fail: nothing is drawn, the streams stay as they were
     state = rng.getstate()
     assert failable(slipping, plain, rng) is plain and rng.getstate() == state
+
+
+def test_fewer_key_value_heads_make_a_grouped_query_model_with_a_smaller_cache():
+    import torch
+
+    tokenizer = build_tokenizer()
+    full = new_model(TestbedModel(), tokenizer)
+    grouped = new_model(TestbedModel(num_kv_heads=1), tokenizer)
+    assert full.config.num_key_value_heads == 4 and grouped.config.num_key_value_heads == 1
+    ids = torch.tensor([[5, 6, 7, 8]])
+    cache = grouped(input_ids=ids, use_cache=True).past_key_values
+    full_cache = full(input_ids=ids, use_cache=True).past_key_values
+    keys = [layer.keys for layer in cache.layers]
+    assert keys[0].shape[1] == 1 and full_cache.layers[0].keys.shape[1] == 4  # (batch, kv heads, positions, dim)
+    assert TestbedConfig().digest() == TestbedConfig(model={"num_kv_heads": None}).digest()  # shipped names kept
+    with pytest.raises(ValueError, match="must divide num_heads"):
+        TestbedModel(num_kv_heads=3)
