@@ -215,3 +215,34 @@ def test_sample_problems_samples_the_first_of_each_bucket_and_averages_over_them
     assert result["pass@1"] == pytest.approx(0.5) and result["avg@2"] == pytest.approx(0.5)
     assert result["by_difficulty"]["a"]["pass@2"] == 1.0 and result["by_difficulty"]["b"]["pass@2"] == 0.0
     assert result["by_difficulty"]["a"]["problems"] == 3
+
+
+class CutBackend:
+    """Answers "long" prompts with 8 tokens cut off at the budget (greedy, and every other sample), others with 3
+    tokens that end; every answer wrong."""
+
+    tokenizer = Tokenizer()
+
+    def __init__(self, problems):
+        self.prompts = [p.prompt for p in problems]
+
+    def generate(self, prompts, *, max_new_tokens, greedy=False, temperature=1.0, repeat=1):
+        rows = [(prompt, k) for prompt in self.prompts[: len(prompts)] for k in range(repeat)]
+        cut = [prompt.startswith("long") and (greedy or k % 2 == 0) for prompt, k in rows]
+        lengths = [max_new_tokens if c else 3 for c in cut]
+        return Completions.from_lists([[0]] * len(rows), [[1] * n for n in lengths], ["wrong"] * len(rows), cut,
+                                      pad=0)
+
+
+def test_evaluation_reports_response_lengths_and_truncated_shares_per_difficulty():
+    """A budget too small for one difficulty's responses showed only as a fall in its accuracy: the long regime's
+    12-step greedy pass@1 fell to 0.10 with nothing in the record to tell a cut-off answer from a wrong one."""
+    problems = [Problem("long a", "", "long"), Problem("long b", "", "long"), Problem("short", "", "short")]
+    config = EvalConfig(samples=2, ks=[1])
+    result = evaluate_policy(CutBackend(problems), FlakyTask(), problems, config, max_new_tokens=8, seed=0)
+    assert result["by_difficulty"]["long"] == {
+        "greedy_pass@1": 0.0, "pass@1": 0.0, "avg@2": 0.0, "greedy_tokens": 8.0, "greedy_truncated": 1.0,
+        "sampled_tokens": 5.5, "sampled_truncated": 0.5, "problems": 2}
+    short = result["by_difficulty"]["short"]
+    assert short["greedy_tokens"] == 3.0 and short["greedy_truncated"] == short["sampled_truncated"] == 0.0
+    assert set(result) == {"greedy_pass@1", "pass@1", "avg@2", "by_difficulty"}  # lengths are per difficulty only

@@ -3,6 +3,13 @@
 pass@k (Chen et al. 2021, arXiv 2107.03374) from `n >= k` samples of which `c` are correct:
 `1 - C(n-c, k) / C(n, k)` (`credo.passk.pass_at_k`). avg@k is the mean accuracy over the samples. Results
 are fractions in [0, 1], overall (the mean over problems) and under `by_difficulty`.
+
+Each difficulty also reports its responses' mean length in tokens and the share cut off at `max_new_tokens`
+(`greedy_tokens`, `greedy_truncated`; `sampled_tokens`, `sampled_truncated`), as rollouts report theirs
+(`response/length_mean`, `rollout/truncated_share`): a cut-off answer is scored wrong, so without them a token
+budget too small for one difficulty's responses reads as a fall in its accuracy, and greedy responses of another
+length than the samples (the long regime's greedy answers skip every optional check its samples make half the
+time) cannot be told from truncated ones.
 """
 
 from __future__ import annotations
@@ -19,12 +26,15 @@ def summarise(
     greedy_correct: Sequence[bool] | None,
     sample_correct: Sequence[Sequence[bool]] | None,
     ks: Sequence[int],
+    responses: Sequence[dict[str, float]] | None = None,
 ) -> dict:
     """Overall and per-difficulty metrics from per-problem results.
 
     `greedy_correct[i]`: problem i's greedy answer was right; `sample_correct[i]`: its n sampled answers, or None
     where problem i was not sampled (`eval.sample_problems`). Keys: `greedy_pass@1`, `pass@k` and `avg@n` (n =
-    samples per problem), each the mean over the problems that have it, and `by_difficulty`.
+    samples per problem), each the mean over the problems that have it, and `by_difficulty`. `responses[i]`:
+    problem i's response statistics (`response_statistics`), averaged per difficulty only: lengths mean nothing
+    across difficulties, and the overall keys are the accuracies that study reports compare.
     """
     per_problem: list[dict[str, float]] = [{} for _ in difficulties]
     for i in range(len(difficulties)):
@@ -41,8 +51,22 @@ def summarise(
     buckets: dict[str, list[dict[str, float]]] = defaultdict(list)
     for difficulty, metrics in zip(difficulties, per_problem):
         buckets[difficulty].append(metrics)
-    result["by_difficulty"] = {d: _mean(rows) | {"problems": len(rows)} for d, rows in sorted(buckets.items())}
+    statistics: dict[str, list[dict[str, float]]] = defaultdict(list)
+    for difficulty, row in zip(difficulties, responses or [{} for _ in difficulties]):
+        statistics[difficulty].append(row)
+    result["by_difficulty"] = {d: _mean(rows) | _mean(statistics[d]) | {"problems": len(rows)}
+                               for d, rows in sorted(buckets.items())}
     return result
+
+
+def response_statistics(completions, prefix: str, repeat: int = 1) -> list[dict[str, float]]:
+    """Per prompt of `completions` (`repeat` consecutive rows each): its responses' mean length in tokens
+    (`<prefix>_tokens`) and the share of them cut off at `max_new_tokens` (`<prefix>_truncated`)."""
+    lengths = completions.response_mask.sum(dim=1).tolist()
+    truncated = completions.truncated.tolist()
+    return [{f"{prefix}_tokens": sum(lengths[j : j + repeat]) / repeat,
+             f"{prefix}_truncated": sum(truncated[j : j + repeat]) / repeat}
+            for j in range(0, len(lengths), repeat)]
 
 
 def _mean(rows: list[dict[str, float]]) -> dict:
@@ -54,7 +78,8 @@ def _mean(rows: list[dict[str, float]]) -> dict:
 def evaluate_policy(backend, task, problems, config, *, max_new_tokens: int, seed: int,
                     reward_errors: str = "raise") -> dict:
     """Greedy pass@1 and pass@k / avg@n from `config.samples` samples per problem (of the first
-    `config.sample_problems` of each difficulty, where set), overall and per difficulty.
+    `config.sample_problems` of each difficulty, where set), overall and per difficulty, and per difficulty the
+    responses' lengths and truncated shares (`summarise`).
 
     Responses come from the run's generation backend (`credo.rollout.generate.TransformersBackend` or vLLM).
     Sampling runs under its own seed (the training RNG stream is left untouched), so evaluations of
@@ -68,11 +93,13 @@ def evaluate_policy(backend, task, problems, config, *, max_new_tokens: int, see
 
     prompts = encode_prompts(backend.tokenizer, [p.prompt for p in problems])
     greedy = samples = None
+    responses: list[dict[str, float]] = [{} for _ in problems]
     with torch.random.fork_rng(devices=[torch.cuda.current_device()] if torch.cuda.is_available() else []):
         torch.manual_seed(seed)
         if config.greedy:
             out = backend.generate(prompts, max_new_tokens=max_new_tokens, greedy=True)
             greedy = [v.correct for v in verify_all(task, problems, out.texts, reward_errors, out.id_lists())[0]]
+            responses = response_statistics(out, "greedy")
         if config.samples:
             n = config.samples
             chosen = first_per_bucket(problems, config.sample_problems)
@@ -81,9 +108,11 @@ def evaluate_policy(backend, task, problems, config, *, max_new_tokens: int, see
             rows = [problems[i] for i in chosen for _ in range(n)]
             flat = [v.correct for v in verify_all(task, rows, out.texts, reward_errors, out.id_lists())[0]]
             samples = [None] * len(problems)
+            stats = response_statistics(out, "sampled", n)
             for j, i in enumerate(chosen):
                 samples[i] = flat[j * n : (j + 1) * n]
-    return summarise([p.difficulty for p in problems], greedy, samples, config.ks)
+                responses[i] = responses[i] | stats[j]
+    return summarise([p.difficulty for p in problems], greedy, samples, config.ks, responses)
 
 
 def eval_subset(problems, max_problems: int | None):
