@@ -173,7 +173,7 @@ class TestbedConfig(Section):
 
 ADDED_LATER: dict[str, dict[str, object]] = {
     "task": {"max_misconception_steps": None, "invertible_steps": False, "worked": False, "p_check": 0.0,
-             "decision_rate": None, "noise.keyed": KeyedMisconceptions()},
+             "decision_rate": None, "noise.keyed": KeyedMisconceptions(), "eval_split": "test"},
     "model": {"attn_implementation": "eager", "num_kv_heads": None},
 }
 """Options added to the config after `TESTBED_FORMAT` was set, with their defaults: at the default, an option is

@@ -20,6 +20,7 @@ from credo.tasks.arith import (
     Noise,
     cancelling_offsets,
     first_wrong_value,
+    is_held_out,
     keyed_table,
     misconception_of,
     noisy_solution,
@@ -686,3 +687,16 @@ def test_keyed_misconceptions_are_checked_when_configured():
         keyed_config(max_steps=12, eval_steps=(12,), noise={**KEYED, "keyed": {"count": 100, "max_offset": 9}})
     with pytest.raises(ValueError, match="compact chains of additions and subtractions"):
         keyed_config(worked=True)
+
+
+def test_the_validation_split_is_held_out_and_disjoint_from_the_test_set():
+    config = {"eval_steps": (2, 4), "eval_per_bucket": 150}
+    test = ArithTask(ArithConfig(**config)).eval_problems()
+    validation = ArithTask(ArithConfig(**config, eval_split="validation")).eval_problems()
+    assert len(validation) == len(test) == 300
+    assert not {p.prompt for p in test} & {p.prompt for p in validation}
+    assert all(is_held_out(p.prompt) for p in validation)  # never a training problem
+    assert [p.difficulty for p in validation].count("steps=2") == 150
+    assert ArithTask(ArithConfig(**config, eval_split="validation")).eval_problems() == validation  # seeded
+    with pytest.raises(ValueError, match="fewer than 9000 distinct held-out 1-step problems for the test split"):
+        ArithTask(ArithConfig(min_steps=1, eval_steps=(1,), eval_per_bucket=9000, eval_split="validation")).eval_problems()

@@ -53,6 +53,8 @@ from credo.tasks.rewards import CustomReward, RewardedTask, RewardOptions
 MODULUS = 100
 MAX_DRAWS = 100_000
 """Consecutive rejected draws after which a chain filter is declared unsatisfiable."""
+REPEATS = 10_000
+"""Consecutive draws of held-out problems already taken after which a split is declared exhausted."""
 BOXED = "\\boxed{"
 OPS: dict[str, Callable[[int, int], int]] = {
     "+": lambda a, b: (a + b) % MODULUS,
@@ -97,8 +99,10 @@ class KeyedMisconceptions(Section):
     count: int = Field(0, ge=0, le=180)
     """How many keyed misconceptions (0: none)."""
     key: Literal["operand", "digits"] = "digits"
-    """What a type is keyed on: "operand" (operation and operand, <= 18) | "digits" (also the units digit, <= 180,
-    a multiple of 10)."""
+    """What a type is keyed on: "operand" or "digits".
+
+    "operand": the operation and operand (at most 18 types); "digits": also the units digit of the value the step
+    continues from (at most 180, a multiple of 10)."""
     max_offset: int = Field(9, ge=1, le=99)
     """Each type's wrong value is the right one plus an offset drawn from 1 .. max_offset."""
     seed: int = 0
@@ -374,6 +378,11 @@ class ArithConfig(RewardOptions):
     """Chain lengths of the held-out evaluation buckets."""
     eval_per_bucket: int = Field(200, ge=1)
     """Held-out problems per evaluation bucket."""
+    eval_split: Literal["test", "validation"] = "test"
+    """Which held-out problems evaluations use: "test" (the study's evaluation set) or "validation".
+
+    The validation set is as many other held-out problems, disjoint from the test set and from training: a tuning
+    study chooses on them, so a choice is not made on the problems that then confirm it."""
     min_misconception_steps: int = Field(0, ge=0)
     """Training (and eval) chains need at least this many steps of an active misconception type."""
     max_misconception_steps: int | None = Field(None, ge=0)
@@ -395,8 +404,10 @@ class ArithConfig(RewardOptions):
     Every step then maps the value it continues from one-to-one, so a wrong value changes every later value and
     the answer (with all operands, x 5 maps 12 and 32 to 60 alike)."""
     decision_rate: float | None = Field(None, ge=0.0, le=1.0)
-    """With keyed misconceptions (`noise.keyed`): the probability that a step is of a keyed type (an uncertain
-    decision), so a chain of n steps holds about `decision_rate * n` of them; None: uniform operations."""
+    """With keyed misconceptions (`noise.keyed`), the probability that a step is of a keyed type; None: uniform.
+
+    A step of a keyed type is an uncertain decision, so a chain of n steps holds about `decision_rate * n` of them
+    (drawn among the types that apply to the value so far); None draws operations uniformly."""
     noise: Noise = Noise()
     """The noise model: which misconceptions exist (also what the step checker calls a misconception)."""
 
@@ -559,17 +570,34 @@ class ArithTask(RewardedTask):
                 yield self.problem(chain)
 
     def eval_problems(self) -> list[Problem]:
-        """`eval_per_bucket` distinct held-out problems per chain length in `eval_steps`."""
+        """`eval_per_bucket` distinct held-out problems per chain length in `eval_steps`: the test set, or with
+        `eval_split: validation` as many others, disjoint from it (drawn from their own seed)."""
         out = []
         for steps in self.config.eval_steps:
-            rng = random.Random(f"eval-{steps}")
-            seen: set[str] = set()
-            for chain in self._chains(rng, lambda steps=steps: steps, held_out=True):
-                if chain.prompt not in seen:
-                    seen.add(chain.prompt)
-                    out.append(self.problem(chain))
-                if len(seen) == self.config.eval_per_bucket:
-                    break
+            test = self._held_out_bucket(steps, "eval", set(), "test")
+            if self.config.eval_split == "validation":
+                out += self._held_out_bucket(steps, "validation", {p.prompt for p in test}, "validation")
+            else:
+                out += test
+        return out
+
+    def _held_out_bucket(self, steps: int, name: str, excluded: set[str], split: str) -> list[Problem]:
+        """`eval_per_bucket` distinct held-out problems of `steps` steps drawn from the seed `name-steps`, none of
+        them in `excluded` (an error naming the `split` if `REPEATS` draws in a row find no new one)."""
+        rng = random.Random(f"{name}-{steps}")
+        seen, out, repeats = set(excluded), [], 0
+        for chain in self._chains(rng, lambda: steps, held_out=True):
+            if chain.prompt in seen:
+                repeats += 1
+                if repeats > REPEATS:
+                    raise ValueError(f"arith: fewer than {self.config.eval_per_bucket} distinct held-out {steps}-step "
+                                     f"problems for the {split} split; lower eval_per_bucket")
+                continue
+            repeats = 0
+            seen.add(chain.prompt)
+            out.append(self.problem(chain))
+            if len(out) == self.config.eval_per_bucket:
+                return out
         return out
 
     # ------------------------------------------------------------------------------ verification
