@@ -656,3 +656,12 @@ def test_the_update_size_column_appears_when_the_runs_logged_it(study_dir):
     assert rows["grpo"]["update_norm"]["mean"] == pytest.approx(0.011)
     header = next(line for line in (study_dir / "report.md").read_text().splitlines() if "wall s" in line)
     assert header.rstrip().endswith("update size |")
+
+
+def test_an_exploratory_study_says_so_first(study_dir):
+    study = yaml.safe_load((study_dir / "study.yaml").read_text())
+    (study_dir / "study.yaml").write_text(yaml.safe_dump({**study, "exploratory": True, "pilot_seeds": [1, 9]}))
+    write_report(study_dir)
+    text = (study_dir / "report.md").read_text()
+    assert "**Exploratory**: outside the protocol (its seeds [1] also tuned or piloted it)" in text
+    assert text.index("Exploratory") < text.index("Made by")

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from credo.config import (
     ConfigError,
@@ -109,10 +109,29 @@ class StudyConfig(Section):
     """The order of the runs: each method's seeds in turn, or by seed ("seeds": every method's run of a seed before
     the next seed, so a study stopped half-way holds every method at the same seeds)."""
     report: ReportConfig = ReportConfig()
+    tuning_seeds: list[int] = Field(default_factory=list)
+    """The seeds the study's settings were tuned on (its tuning study's): never the study's own seeds."""
+    pilot_seeds: list[int] = Field(default_factory=list)
+    """The seeds of every pilot that chose anything about the study (a regime, a metric, a budget): never its own."""
+    exploratory: bool = False
+    """A study outside the protocol, allowed to reuse tuning or pilot seeds; its report says so first.
+
+    A metric or a setting chosen on seeds that then confirm it is not confirmed (docs/guides/studies.md, "Seeds"),
+    so `credo compare` refuses a study whose seeds meet `tuning_seeds` or `pilot_seeds` unless it is exploratory."""
 
     def seeds_of(self, method: str) -> list[int]:
         """The seeds of `method`: its own, else the study's."""
         return self.methods[method].seeds or self.seeds
+
+    @model_validator(mode="after")
+    def _fresh_seeds(self) -> StudyConfig:
+        used = set(self.seeds).union(*(entry.seeds or [] for entry in self.methods.values()))
+        for name in ("tuning_seeds", "pilot_seeds"):
+            shared = sorted(used & set(getattr(self, name)))
+            if shared and not self.exploratory:
+                raise ValueError(f"seeds {shared} are also {name.replace('_', ' ')}: a study's seeds must be fresh "
+                                 "(choose others), or mark the study exploratory: true")
+        return self
 
     @field_validator("methods", mode="before")
     @classmethod

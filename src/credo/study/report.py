@@ -65,6 +65,10 @@ def write_report(directory: str | Path, output: str | Path | None = None, *, htm
     results = results_from_json(directory, study) if from_json else results_from_runs(directory, report)
 
     blocks: list[Block] = [Heading(f"Study: {study['name']}", 1)]
+    if study.get("exploratory"):
+        reused = sorted(set(study["seeds"]) & set(study.get("tuning_seeds", []) + study.get("pilot_seeds", [])))
+        blocks.append(Paragraph("**Exploratory**: outside the protocol" + (
+            f" (its seeds {reused} also tuned or piloted it)" if reused else "") + "; its verdicts confirm nothing."))
     if study.get("command"):
         blocks += [Paragraph("Made by:"), Code(study["command"])]
     methods = ", ".join(f"`{m}`" for m in study["methods"])
