@@ -665,3 +665,34 @@ def test_an_exploratory_study_says_so_first(study_dir):
     text = (study_dir / "report.md").read_text()
     assert "**Exploratory**: outside the protocol (its seeds [1] also tuned or piloted it)" in text
     assert text.index("Exploratory") < text.index("Made by")
+
+
+def test_equivalent_only_from_tost_at_the_plans_margin(tmp_path):
+    # Three seeds of flat curves (a run's area is its height). `close` differs from grpo by (+0.01, 0.00, -0.01):
+    # TOST at margin 0.1 gives t = (0.1 -/+ 0) / (0.01 / sqrt 3) = 17.3 on 2 df both ways, p = 0.0017 (x 3 under
+    # Holm over the family's 3 contrasts = 0.005): "equivalent". Without a margin it is only "not distinguishable";
+    # `null`, whose differences are (-0.1, 0, 0.1), is never equivalent at 0.1; `strong` beats grpo either way.
+    def study(root, **report):
+        heights = {"grpo": (0.3, 0.3, 0.3), "strong": (0.6, 0.61, 0.62), "close": (0.31, 0.3, 0.29),
+                   "null": (0.2, 0.3, 0.4)}
+        spec = {"name": "tost", "seeds": [0, 1, 2], "methods": {m: {"config": f"{m}.yaml"} for m in heights},
+                "difficulties": {"default": {}}, "report": {"baseline": "grpo", "oracle": None, **report}}
+        root.mkdir()
+        (root / "study.yaml").write_text(yaml.safe_dump(spec))
+        for method, by_seed in heights.items():
+            for seed, height in enumerate(by_seed):
+                make_run(root / "default" / method / f"seed{seed}", method, seed, (height,) * 3)
+        write_report(root)
+        return {r["method"]: r["auc_vs_baseline"] for r in json.loads((root / "report.json").read_text())["default"]["methods"]
+                if r["auc_vs_baseline"]}
+
+    plain = study(tmp_path / "plain")
+    assert {m: c["verdict"] for m, c in plain.items()} == {"strong": "beats", "close": "not distinguishable",
+                                                           "null": "not distinguishable"}
+    tost = study(tmp_path / "tost", equivalence_margin=0.1)
+    assert {m: c["verdict"] for m, c in tost.items()} == {"strong": "beats", "close": "equivalent",
+                                                          "null": "not distinguishable"}
+    t = 0.1 / (0.01 / math.sqrt(3))
+    one_sided = 0.5 * (1 - t / math.sqrt(2 + t * t))  # P(T_2 > t)
+    assert tost["close"]["p_equivalent"] == pytest.approx(3 * one_sided, rel=1e-6)  # Holm's first step, m = 3
+    assert "is equivalent (TOST at the plan's margin) to" in (tmp_path / "tost" / "report.md").read_text()

@@ -36,6 +36,7 @@ from credo.study.stats import (
     Estimate,
     Share,
     detectable,
+    equivalence_p,
     holm,
     mean_interval,
     paired_p,
@@ -69,12 +70,16 @@ class Contrast:
     exploratory: bool = False
     """A contrast of a cell added after results were seen (`ReportConfig.exploratory`): outside the family, its
     verdict read at the raw p."""
+    p_equivalent: float | None = None
+    """The Holm-adjusted p of its equivalence test (TOST at `ReportConfig.equivalence_margin`; None: no margin)."""
 
     @property
     def verdict(self) -> str:
-        """"beats" / "falls behind" where the (Holm-adjusted, if adjusted) p is below `ALPHA`, "not
-        distinguishable" otherwise, "identical" when every seed's difference is exactly 0 (the same runs: a
-        method that reduces to the baseline, as REINFORCE does to GRPO on policy), "one seed" without a test."""
+        """"beats" / "falls behind" where the (Holm-adjusted, if adjusted) p is below `ALPHA`; "equivalent" where
+        it is not but the equivalence test at the plan's margin is (`p_equivalent` below `ALPHA`); "not
+        distinguishable" otherwise, never "level" or "equal"; "identical" when every seed's difference is exactly 0
+        (the same runs: a method that reduces to the baseline, as REINFORCE does to GRPO on policy), "one seed"
+        without a test."""
         e = self.estimate
         if self.p is None:
             return "one seed"
@@ -82,12 +87,15 @@ class Contrast:
             return "identical"
         if (self.p if self.p_holm is None else self.p_holm) < ALPHA:
             return "beats" if e.mean > 0 else "falls behind"
+        if self.p_equivalent is not None and self.p_equivalent < ALPHA:
+            return "equivalent"
         return "not distinguishable"
 
     def as_json(self) -> dict:
         e = self.estimate
         return {"mean": e.mean, "low": e.low, "high": e.high, "n": e.n, "sd": self.sd, "p": self.p,
-                "p_holm": self.p_holm, "verdict": self.verdict, **({"exploratory": True} if self.exploratory else {})}
+                "p_holm": self.p_holm, "verdict": self.verdict, **({"exploratory": True} if self.exploratory else {}),
+                **({"p_equivalent": self.p_equivalent} if self.p_equivalent is not None else {})}
 
 
 def contrast(differences: list[float]) -> Contrast:
@@ -331,6 +339,12 @@ def corrected(rows: list[MethodRow], report: ReportConfig) -> tuple[list[MethodR
     adjusted = holm([getattr(rows[i], name).p for i, name in tested])
     for (i, name), p in zip(tested, adjusted):
         rows[i] = replace(rows[i], **{name: replace(getattr(rows[i], name), p_holm=p)})
+    margin = report.equivalence_margin
+    if margin is not None and tested:  # one Holm family of the equivalence tests too
+        contrasts = [getattr(rows[i], name) for i, name in tested]
+        equivalent = holm([equivalence_p(c.estimate.mean, c.sd, c.estimate.n, margin) for c in contrasts])
+        for (i, name), p in zip(tested, equivalent):
+            rows[i] = replace(rows[i], **{name: replace(getattr(rows[i], name), p_equivalent=p)})
     seeds = family_seeds([getattr(rows[i], name).estimate.n for i, name in tested],
                          next(r.seeds for r in rows if r.method == report.baseline))
     sds = [getattr(rows[i], name).sd for i, name in tested

@@ -146,8 +146,8 @@ def plot_differences(result: DifficultyResult, baseline: str, path: Path, title:
     rows = [r for r in result.rows if r.auc_vs_baseline is not None]
     if not rows:
         return None
-    styles = {"beats": ("#0072B2", "o"), "falls behind": ("#D55E00", "s"), "not distinguishable": ("#777777", "D"),
-              "identical": ("#777777", "x"), "one seed": ("#777777", "D")}
+    styles = {"beats": ("#0072B2", "o"), "falls behind": ("#D55E00", "s"), "equivalent": ("#009E73", "^"),
+              "not distinguishable": ("#777777", "D"), "identical": ("#777777", "x"), "one seed": ("#777777", "D")}
     single = all(r.auc_vs_baseline.p is None for r in rows)
     fig, ax = plt.subplots(figsize=(9, 1.6 + 0.3 * len(rows)), layout="constrained")
     used = set()
@@ -165,6 +165,7 @@ def plot_differences(result: DifficultyResult, baseline: str, path: Path, title:
                   + (", one seed: no interval)" if single else "; raw 95% interval, colour: Holm verdict)"), title=title)
     ax.grid(axis="x", alpha=0.3)
     labels = {"beats": f"beats {baseline}", "falls behind": f"falls behind {baseline}",
+              "equivalent": f"equivalent to {baseline} (TOST)",
               "not distinguishable": f"not distinguishable from {baseline}", "identical": f"identical to {baseline}",
               "one seed": "one seed (no interval)"}
     handles = [Line2D([], [], color=styles[v][0], marker=styles[v][1], linestyle="", label=labels[v])

@@ -85,6 +85,10 @@ class ReportConfig(Section):
     exploratory: list[str] = Field(default_factory=list)
     """Cells added after results were seen, labelled exploratory (a study plan's rule): their contrasts keep their
     raw 95% intervals and are read at the raw p, outside the Holm family, so adding one changes no planned verdict."""
+    equivalence_margin: float | None = Field(None, gt=0)
+    """The margin of "equivalent", stated in the plan before the runs: a contrast that does not beat or fall behind
+    is "equivalent" where two one-sided t-tests (TOST, Holm over the family) put it inside +/- this margin; None:
+    no equivalence test, and a non-significant contrast is only "not distinguishable", never "level" or "equal"."""
     auc_tokens: float | None = Field(None, gt=0)
     """Rollout-token budget of the areas under the curve; None: the smallest final budget in the grid. With token
     checkpoints (`train.eval_every_tokens`) the areas end at the last checkpoint every run reached, at most this."""

@@ -113,6 +113,25 @@ def paired_p(mean: float, sd: float, n: int) -> float:
     return float(2 * stats.t.sf(abs(mean) * math.sqrt(n) / sd, n - 1))
 
 
+def equivalence_p(mean: float, sd: float, n: int, margin: float) -> float:
+    """p-value of the two one-sided t-tests (TOST; Schuirmann 1987) that a paired mean lies within `(-margin,
+    margin)`: the larger of `P(T_{n-1} > (mean + margin) sqrt(n) / sd)` and `P(T_{n-1} > (margin - mean) sqrt(n) /
+    sd)`; below the level, the difference is equivalent to 0 at that margin. With `sd` 0 it is 0 inside the margin and
+    1 outside.
+
+    >>> round(equivalence_p(0.0, 1.0, 4, 1.0), 4)  # t = 2 on 3 df both ways: P(T_3 > 2)
+    0.0697
+    >>> equivalence_p(0.5, 1.0, 4, 0.2) > 0.5  # a mean outside the margin is never equivalent
+    True
+    """
+    if n < 2:
+        raise ValueError(f"an equivalence test needs at least two seeds, got {n}")
+    if sd == 0:
+        return 0.0 if abs(mean) < margin else 1.0
+    scale = sd / math.sqrt(n)
+    return float(max(stats.t.sf((mean + margin) / scale, n - 1), stats.t.sf((margin - mean) / scale, n - 1)))
+
+
 def recovered(estimate: Estimate, quantile: float) -> tuple[float, float]:
     """The paired sd and t-test p-value behind a written 95% t-interval `mean ± quantile sd / sqrt(n)` (`quantile`:
     the `t_{0.975, n-1}` it was drawn with): `sd = (high - low) / 2 sqrt(n) / quantile`, then `paired_p`.

@@ -73,6 +73,7 @@ def verb(c: Contrast) -> str:
     """A contrast's verdict as the verb of a findings sentence."""
     said = c.verdict
     return {"one seed": "cannot be told apart (one seed) from", "not distinguishable": "is not distinguishable from",
+            "equivalent": "is equivalent (TOST at the plan's margin) to",
             "identical": "is identical on every seed to"}.get(said, said)
 
 
