@@ -193,3 +193,19 @@ def test_decision_type_and_group_facts_are_counted_exactly():
     assert facts["decision_types"] == 3
     assert facts["instances_per_type_per_batch"] == pytest.approx(facts["decisions_per_response"] * 64 / 3)
     assert facts["decisions_per_response"] > 0
+
+
+def test_the_command_prints_the_most_common_error_kinds_and_counts_the_rest(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    import credo.testbed_facts
+    from credo.cli import FACT_ENTRIES, app
+
+    kinds = {f"+{i}@{i}": 0.5 / (i + 1) for i in range(12)}  # a keyed regime's first errors: many kinds
+    monkeypatch.setattr(credo.testbed_facts, "regime_facts", lambda *a, **k: {"responses": 4, "first_error_kinds": kinds})
+    out = tmp_path / "facts.json"
+    result = CliRunner().invoke(app, ["testbed", "facts", f"model.testbed={TINY_TESTBED}", "eval.max_problems=2",
+                                      "--json", str(out)], terminal_width=400)
+    assert result.exit_code == 0, result.output
+    assert f"and {12 - FACT_ENTRIES} more" in result.output and "+0@0 0.500" in result.output
+    assert "+11@11" not in result.output and len(json.loads(out.read_text())["first_error_kinds"]) == 12

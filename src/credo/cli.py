@@ -444,6 +444,10 @@ def testbed_build(
     evaluate(path, [])
 
 
+FACT_ENTRIES = 8
+"""The entries of a mapping fact `credo testbed facts` prints (the JSON keeps them all)."""
+
+
 @testbed_app.command("facts")
 @one_line_errors
 def testbed_facts(
@@ -477,8 +481,10 @@ def testbed_facts(
     table.add_column("fact")
     table.add_column("value", justify="right")
     for key, value in facts.items():
-        if isinstance(value, dict):
-            value = ", ".join(f"{k} {v:.3f}" for k, v in value.items())
+        if isinstance(value, dict):  # the most common first error kinds (a hundred keyed misconceptions: see --json)
+            shown = list(value.items())[:FACT_ENTRIES]
+            value = ", ".join(f"{k} {v:.3f}" for k, v in shown) + (
+                f", and {len(value) - len(shown)} more" if len(value) > len(shown) else "")
         text = value if isinstance(value, str) else f"{value:.3f}" if isinstance(value, float) else str(value)
         table.add_row(key, text)
     console.print(table)
