@@ -696,3 +696,18 @@ def test_equivalent_only_from_tost_at_the_plans_margin(tmp_path):
     one_sided = 0.5 * (1 - t / math.sqrt(2 + t * t))  # P(T_2 > t)
     assert tost["close"]["p_equivalent"] == pytest.approx(3 * one_sided, rel=1e-6)  # Holm's first step, m = 3
     assert "is equivalent (TOST at the plan's margin) to" in (tmp_path / "tost" / "report.md").read_text()
+
+
+def test_each_contrast_has_its_own_detectable_effect_and_the_exact_test_floor_is_said(tmp_path):
+    # noisy_study: 3 seeds, 3 contrasts. A contrast's own MDE uses its own paired sd (strong: sd 0.01; marginal:
+    # sd 0.076), at the family's level 0.05 / 3; with 3 seeds an exact sign-flip test cannot go below 2 / 8 = 0.25.
+    from credo.study.stats import detectable
+
+    root = noisy_study(tmp_path / "s")
+    write_report(root)
+    rows = {r["method"]: r["auc_vs_baseline"] for r in json.loads((root / "report.json").read_text())["default"]["methods"]
+            if r["auc_vs_baseline"]}
+    assert rows["strong"]["mde"] == pytest.approx(detectable(rows["strong"]["sd"], 3, 0.05 / 3))
+    assert rows["marginal"]["mde"] > 5 * rows["strong"]["mde"]
+    text = (root / "report.md").read_text()
+    assert "With 3 seeds an exact sign-flip test cannot give a p below 0.25, above Holm's first threshold 0.017" in text

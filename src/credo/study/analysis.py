@@ -72,6 +72,9 @@ class Contrast:
     verdict read at the raw p."""
     p_equivalent: float | None = None
     """The Holm-adjusted p of its equivalence test (TOST at `ReportConfig.equivalence_margin`; None: no margin)."""
+    mde: float | None = None
+    """Its own minimum detectable effect: 80% power at the family's Bonferroni level with its own paired sd and seeds
+    (None outside a family or without spread); the family's median-sd one can hide a contrast that is noisier."""
 
     @property
     def verdict(self) -> str:
@@ -95,7 +98,8 @@ class Contrast:
         e = self.estimate
         return {"mean": e.mean, "low": e.low, "high": e.high, "n": e.n, "sd": self.sd, "p": self.p,
                 "p_holm": self.p_holm, "verdict": self.verdict, **({"exploratory": True} if self.exploratory else {}),
-                **({"p_equivalent": self.p_equivalent} if self.p_equivalent is not None else {})}
+                **({"p_equivalent": self.p_equivalent} if self.p_equivalent is not None else {}),
+                **({"mde": self.mde} if self.mde is not None else {})}
 
 
 def contrast(differences: list[float]) -> Contrast:
@@ -338,7 +342,9 @@ def corrected(rows: list[MethodRow], report: ReportConfig) -> tuple[list[MethodR
               and not getattr(row, name).exploratory]
     adjusted = holm([getattr(rows[i], name).p for i, name in tested])
     for (i, name), p in zip(tested, adjusted):
-        rows[i] = replace(rows[i], **{name: replace(getattr(rows[i], name), p_holm=p)})
+        c = getattr(rows[i], name)
+        own = detectable(c.sd, c.estimate.n, ALPHA / len(tested), POWER) if c.sd and c.estimate.n >= 2 else None
+        rows[i] = replace(rows[i], **{name: replace(c, p_holm=p, mde=own)})
     margin = report.equivalence_margin
     if margin is not None and tested:  # one Holm family of the equivalence tests too
         contrasts = [getattr(rows[i], name) for i, name in tested]

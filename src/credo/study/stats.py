@@ -146,6 +146,17 @@ def recovered(estimate: Estimate, quantile: float) -> tuple[float, float]:
     return sd, paired_p(estimate.mean, sd, estimate.n)
 
 
+def smallest_exact_p(n: int) -> float:
+    """The smallest two-sided p an exact sign-flip (permutation) test of n paired differences can give: `2 / 2^n`
+    (every difference on one side). Where it is not below Holm's first threshold `alpha / m`, no exact test at these
+    seeds can pass the correction, whatever the data.
+
+    >>> smallest_exact_p(8)  # 2 / 256: above 0.05 / 10
+    0.0078125
+    """
+    return 2.0 / 2**n
+
+
 def holm(ps: Sequence[float]) -> list[float]:
     """Holm's (1979) adjusted p-values, in the given order: the i-th smallest p times `m - i + 1`, capped at 1, and
     never below an adjusted p of a smaller one (step-down). A test rejects at family-wise level alpha where its

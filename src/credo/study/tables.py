@@ -23,7 +23,7 @@ from credo.study.analysis import (
 from credo.study.document import Block, Bullets, Heading, Paragraph, Table
 from credo.study.grid import ReportConfig
 from credo.study.runs import EXPLODED
-from credo.study.stats import Estimate
+from credo.study.stats import Estimate, smallest_exact_p
 
 NEEDS_RUNS = "needs per-seed values (runs not committed)"
 
@@ -158,7 +158,13 @@ def regime_notes(result: DifficultyResult, report: ReportConfig) -> list[Paragra
                      f"with {family.seeds} paired seeds (paired t-test at level {ALPHA:g}/{family.size} = "
                      f"{family.level:.2g}, Bonferroni's bound, which is Holm's first step and so conservative; median "
                      f"paired sd {family.sd:.3f} of the {family.counted} contrasts at {family.seeds} seeds). A smaller "
-                     "true effect may be reported as not distinguishable.")
+                     "true effect may be reported as not distinguishable. Each contrast's own (its own paired sd): "
+                     "report.json's `mde`.")
+        exact = smallest_exact_p(family.seeds)
+        if family.size and exact >= family.level:
+            notes.append(f"With {family.seeds} seeds an exact sign-flip test cannot give a p below {exact:.2g}, above "
+                         f"Holm's first threshold {family.level:.2g}: only the t-test's distributional assumption "
+                         "lets a contrast pass the correction here; more seeds would let the data alone decide.")
     exploratory = [r.method for r in result.rows if r.method in report.exploratory]
     if exploratory:
         notes.append(f"Exploratory, outside the family (added after results were seen; verdicts at the raw p): "
