@@ -105,6 +105,7 @@ def random_batch(B: int, T: int, generator: torch.Generator) -> RolloutBatch:
     thought_starts = uniform(B, T) < 1 / 32  # vine's steps: thoughts of about 32 tokens
     segment_ids = torch.where(response_mask, thought_starts.long().cumsum(dim=1) - thought_starts[:, :1].long(), -1)
     step_values = uniform(B, T + 1).gather(1, segment_ids.clamp(min=0))  # one Monte-Carlo value per step
+    thought_wrong = response_mask & (uniform(B, T + 1) < 0.3).gather(1, segment_ids.clamp(min=0))  # a checker's verdicts
     pi = old_logp.exp()  # the sampled token's probability: sum_v pi_v^2 lies in [pi^2, pi^2 + (1 - pi)^2]
     sum_pi_squared = pi.square() + uniform(B, T) * (1 - pi).square()
     return RolloutBatch(
@@ -121,6 +122,8 @@ def random_batch(B: int, T: int, generator: torch.Generator) -> RolloutBatch:
         revision_success=torch.where(correct, 0.0, success_levels),
         edit_mask=response_mask & (uniform(B, T) < 0.1),
         segment_ids=segment_ids,
+        thought_ids=segment_ids,
+        thought_wrong=thought_wrong,
         step_values=torch.where(response_mask, step_values, 0.0),
         cutpoint_mask=response_mask & (pi < 0.9),  # SPO-chain's cutpoints: sampled below p 0.9
         branch_id=torch.arange(B) // (GROUP_SIZE * 5),  # FR3E: 5 states' groups continue one response
