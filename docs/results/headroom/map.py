@@ -121,7 +121,9 @@ def figure(data: list[dict], path: Path) -> None:
     ax.axhline(0.15, color="tab:red", linewidth=0.8, linestyle="--", label="0.15: what the regime study needs")
     ax.set_xticks(range(len(data)), [row["regime"] for row in data], rotation=20)
     ax.set_ylabel("gain over GRPO, sampled pass@1 area")
-    ax.set_title("Headroom: perfect blame's gain over GRPO per regime (95% t intervals over paired seeds)")
+    seeds = sorted({row["seeds"] for row in data})
+    ax.set_title("Headroom: perfect blame's gain over GRPO per regime ("
+                 + ("95% t intervals over paired seeds" if seeds[0] >= 2 else f"paired seeds per regime: {seeds}; one seed has no interval") + ")")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
