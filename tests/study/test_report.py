@@ -664,6 +664,12 @@ def test_an_exploratory_study_says_so_first(study_dir):
     write_report(study_dir)
     text = (study_dir / "report.md").read_text()
     assert "**Exploratory**: outside the protocol (its seeds [1] also tuned or piloted it)" in text
+    # a method's own seeds count as the study's, as `credo compare`'s refusal counts them
+    study["methods"]["worse"]["seeds"] = [0, 1]
+    (study_dir / "study.yaml").write_text(yaml.safe_dump({**study, "seeds": [0], "exploratory": True,
+                                                          "tuning_seeds": [1]}))
+    write_report(study_dir)
+    assert "(its seeds [1] also tuned or piloted it)" in (study_dir / "report.md").read_text()
     assert text.index("Exploratory") < text.index("Made by")
 
 

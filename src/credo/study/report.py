@@ -32,6 +32,7 @@ from credo.study.figures import family_curves, plot_curves, plot_differences
 from credo.study.grid import STUDY_FILE, ReportConfig, dump_study
 from credo.study.heatmap import write_heatmap
 from credo.study.results import report_json, results_from_json, results_from_runs
+from credo.study.runs import seeds_of
 from credo.study.tables import findings, glossary, metrics_table, regime_notes, table, unrecomputed
 
 
@@ -66,7 +67,8 @@ def write_report(directory: str | Path, output: str | Path | None = None, *, htm
 
     blocks: list[Block] = [Heading(f"Study: {study['name']}", 1)]
     if study.get("exploratory"):
-        reused = sorted(set(study["seeds"]) & set(study.get("tuning_seeds", []) + study.get("pilot_seeds", [])))
+        used = set().union(*(seeds_of(study, method) for method in study["methods"]))
+        reused = sorted(used & set(study.get("tuning_seeds", []) + study.get("pilot_seeds", [])))
         blocks.append(Paragraph("**Exploratory**: outside the protocol" + (
             f" (its seeds {reused} also tuned or piloted it)" if reused else "") + "; its verdicts confirm nothing."))
     if study.get("command"):
