@@ -717,3 +717,36 @@ def test_each_contrast_has_its_own_detectable_effect_and_the_exact_test_floor_is
     assert rows["marginal"]["mde"] > 5 * rows["strong"]["mde"]
     text = (root / "report.md").read_text()
     assert "With 3 seeds an exact sign-flip test cannot give a p below 0.25, above Holm's first threshold 0.017" in text
+
+
+def test_secondary_endpoints_join_the_primary_endpoints_holm_family(tmp_path):
+    """Sampled pass@1 (half the greedy heights: the same paired t p-values) as a secondary endpoint: 6 contrasts in
+    one family, so the marginal contrast's p is multiplied by 4 on each metric (Holm's steps 3 and 4), not by 2 as in
+    a family per metric."""
+    root = noisy_study(tmp_path / "study", metric="greedy_pass@1", secondary=["pass@1"])
+    text = write_report(root).read_text()
+    saved = json.loads((root / "report.json").read_text())["default"]
+    rows = {r["method"]: r for r in saved["methods"]}
+    assert saved["family"]["contrasts"] == 6
+    for c in (rows["marginal"]["auc_vs_baseline"], rows["marginal"]["secondary_vs_baseline"]["pass@1"]):
+        assert c["p"] == pytest.approx(marginal_p(), rel=1e-9)
+        assert c["p_holm"] == pytest.approx(4 * marginal_p(), rel=1e-9)
+    secondary = rows["strong"]["secondary_vs_baseline"]["pass@1"]
+    assert secondary["mean"] == pytest.approx(0.155) and secondary["verdict"] == "beats"
+    assert rows["grpo"]["secondary_vs_baseline"] == {}
+    assert "### Secondary endpoints" in text and "| pass@1 verdict (Holm p) |" in text
+    assert "Holm's correction over this regime's 6 contrasts" in text
+    assert "on the pass@1 area (a secondary endpoint) it beats it" in text
+
+
+def test_a_secondary_endpoint_needs_a_curve_and_may_not_repeat_the_primary(tmp_path):
+    root = noisy_study(tmp_path / "study", metric="greedy_pass@1", secondary=["pass@16"])
+    with pytest.raises(ValueError, match=r"report.secondary \['pass@16'\] has no curve"):
+        write_report(root)
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"name": "s", "seeds": [0], "methods": {"grpo": "configs/testbed/grpo.yaml"},
+                                    "report": {"metric": "pass@1", "secondary": ["pass@1"], "oracle": None}}))
+    from credo.config import ConfigError
+    from credo.study.grid import load_study
+    with pytest.raises(ConfigError, match="repeats a metric or the primary endpoint"):
+        load_study(path)

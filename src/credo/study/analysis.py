@@ -8,8 +8,9 @@ Fieller's interval (`credo.study.stats.share_of_gain`); tokens to the baseline's
 precision, instability and cost.
 
 Verdicts. The family of a regime is every contrast that gets a verdict: each method's paired difference of the
-headline area to the baseline's, and to its like-for-like baseline's where the study names one
-(`ReportConfig.like_for_like`). Each has the two-sided p of the paired t-test over seeds
+headline area (the primary endpoint) to the baseline's, and to its like-for-like baseline's where the study names one
+(`ReportConfig.like_for_like`), and of each secondary endpoint's area to the baseline's (`ReportConfig.secondary`):
+one family over every metric that yields a verdict, so adding a metric makes every verdict harder, never easier. Each has the two-sided p of the paired t-test over seeds
 (`stats.paired_p`); Holm's (1979) step-down adjustment over the family's m p-values (`stats.holm`) decides the
 verdict at family-wise level `ALPHA`: "beats" / "falls behind" where the adjusted p is below it (by the sign of
 the mean), "not distinguishable" otherwise, "identical" where every seed's difference is 0, "one seed" where
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from credo.study.curves import measured_difference
 from credo.study.grid import ReportConfig
@@ -178,6 +179,9 @@ class MethodRow:
     wall_s: Estimate
     update_norm: Estimate | None = None
     """The mean update size per rollout batch (`optim/update_norm`), to read a contrast at matched step size."""
+    secondary_vs_baseline: dict[str, Contrast] = field(default_factory=dict)
+    """Per secondary endpoint (`ReportConfig.secondary`), the paired difference of its area at equal rollout tokens to
+    the baseline's: contrasts of the same Holm family as `auc_vs_baseline`."""
 
     def as_json(self) -> dict:
         def est(e: Estimate | None):
@@ -195,6 +199,7 @@ class MethodRow:
             "tokens_to_baseline_final": est(self.tokens_to_target), "reached_baseline_final": self.reached,
             "blame_precision": est(self.blame_precision), "rollout_tokens": est(self.rollout_tokens),
             "wall_s": est(self.wall_s), "update_norm": est(self.update_norm),
+            "secondary_vs_baseline": {m: c.as_json() for m, c in self.secondary_vs_baseline.items()},
         }
 
     @classmethod
@@ -224,6 +229,8 @@ class MethodRow:
             reached=data["reached_baseline_final"], blame_precision=est(data["blame_precision"]),
             rollout_tokens=est(data["rollout_tokens"]), wall_s=est(data["wall_s"]),
             update_norm=est(data.get("update_norm")),
+            secondary_vs_baseline={m: written_contrast(Estimate(c["mean"], c["low"], c["high"], c["n"]))
+                                   for m, c in data.get("secondary_vs_baseline", {}).items()},
         )
 
 
@@ -232,8 +239,8 @@ class Family:
     """A regime's family of verdicts and what it can detect."""
 
     size: int
-    """m: the contrasts with a test (each method against the baseline, and against its like-for-like baseline),
-    exploratory cells' left out."""
+    """m: the contrasts with a test (each method against the baseline on the primary and every secondary endpoint,
+    and against its like-for-like baseline), exploratory cells' left out."""
     seeds: int
     """The paired seeds of most of its contrasts (`family_seeds`)."""
     sd: float | None
@@ -277,6 +284,10 @@ def analyse(values: RegimeValues, report: ReportConfig, difficulty: str) -> Diff
     finals = [v.final for by_seed in cells.values() for v in by_seed.values()]
     reported = [k for k in finals[0] if all(k in f for f in finals)]
     keys = list(dict.fromkeys(values.curve_metrics + reported))
+    lacking = [m for m in report.secondary if m not in values.curve_metrics]
+    if lacking:
+        raise ValueError(f"{difficulty}: report.secondary {lacking} has no curve in every run (an area needs "
+                         f"evaluations along the curve); metrics with curves: {', '.join(values.curve_metrics)}")
     rows = []
     for method, ours in cells.items():
         compared = method != report.baseline
@@ -306,6 +317,7 @@ def analyse(values: RegimeValues, report: ReportConfig, difficulty: str) -> Diff
             rollout_tokens=mean_interval([v.rollout_tokens for v in ours.values()]),
             wall_s=mean_interval([v.wall_s for v in ours.values()]),
             update_norm=mean_interval(updates) if len(updates) == len(ours) else None,
+            secondary_vs_baseline={m: vs[m]["tokens"] for m in report.secondary if "tokens" in vs.get(m, {})},
         ))
     rows, family = corrected(rows, report)
     return DifficultyResult(difficulty, values.metric, values.budget, values.target, rows,
@@ -330,31 +342,56 @@ def family_seeds(paired: list[int], baseline: int) -> int:
     return max(set(paired), key=lambda n: (paired.count(n), n)) if paired else baseline
 
 
+Slot = tuple[int, str, str | None]
+"""A contrast's place in the rows: the row's index, the field (`auc_vs_baseline`, `auc_vs_like`,
+`secondary_vs_baseline`) and, for the last, the metric."""
+
+
+def slots(rows: list[MethodRow]) -> list[Slot]:
+    """Where every contrast of the rows sits (`Slot`), in the family's order: per row its primary endpoint, its
+    like-for-like contrast and its secondary endpoints."""
+    out: list[Slot] = []
+    for i, row in enumerate(rows):
+        out += [(i, name, None) for name in ("auc_vs_baseline", "auc_vs_like") if getattr(row, name) is not None]
+        out += [(i, "secondary_vs_baseline", m) for m in row.secondary_vs_baseline]
+    return out
+
+
+def at(rows: list[MethodRow], slot: Slot) -> Contrast:
+    i, name, metric = slot
+    value = getattr(rows[i], name)
+    return value if metric is None else value[metric]
+
+
+def put(rows: list[MethodRow], slot: Slot, contrast: Contrast) -> None:
+    i, name, metric = slot
+    rows[i] = replace(rows[i], **{name: contrast if metric is None else
+                                  {**getattr(rows[i], name), metric: contrast}})
+
+
 def corrected(rows: list[MethodRow], report: ReportConfig) -> tuple[list[MethodRow], Family]:
-    """The rows with Holm-adjusted p-values over the regime's family (every contrast with a test but those of the
-    exploratory cells, which are marked so and keep their raw p), and the family."""
-    names = ("auc_vs_baseline", "auc_vs_like")
-    rows = [replace(row, **{name: replace(getattr(row, name), exploratory=True) for name in names
-                            if getattr(row, name) is not None}) if row.method in report.exploratory else row
-            for row in rows]
-    tested = [(i, name) for i, row in enumerate(rows) for name in names
-              if getattr(row, name) is not None and getattr(row, name).p is not None
-              and not getattr(row, name).exploratory]
-    adjusted = holm([getattr(rows[i], name).p for i, name in tested])
-    for (i, name), p in zip(tested, adjusted):
-        c = getattr(rows[i], name)
+    """The rows with Holm-adjusted p-values over the regime's family (every contrast with a test, the primary
+    endpoint's, the like-for-like ones and the secondary endpoints' together, but those of the exploratory cells,
+    which are marked so and keep their raw p), and the family."""
+    rows = list(rows)
+    for slot in slots(rows):
+        if rows[slot[0]].method in report.exploratory:
+            put(rows, slot, replace(at(rows, slot), exploratory=True))
+    tested = [slot for slot in slots(rows) if at(rows, slot).p is not None and not at(rows, slot).exploratory]
+    adjusted = holm([at(rows, slot).p for slot in tested])
+    for slot, p in zip(tested, adjusted):
+        c = at(rows, slot)
         own = detectable(c.sd, c.estimate.n, ALPHA / len(tested), POWER) if c.sd and c.estimate.n >= 2 else None
-        rows[i] = replace(rows[i], **{name: replace(c, p_holm=p, mde=own)})
+        put(rows, slot, replace(c, p_holm=p, mde=own))
     margin = report.equivalence_margin
     if margin is not None and tested:  # one Holm family of the equivalence tests too
-        contrasts = [getattr(rows[i], name) for i, name in tested]
+        contrasts = [at(rows, slot) for slot in tested]
         equivalent = holm([equivalence_p(c.estimate.mean, c.sd, c.estimate.n, margin) for c in contrasts])
-        for (i, name), p in zip(tested, equivalent):
-            rows[i] = replace(rows[i], **{name: replace(getattr(rows[i], name), p_equivalent=p)})
-    seeds = family_seeds([getattr(rows[i], name).estimate.n for i, name in tested],
+        for slot, p in zip(tested, equivalent):
+            put(rows, slot, replace(at(rows, slot), p_equivalent=p))
+    seeds = family_seeds([at(rows, slot).estimate.n for slot in tested],
                          next(r.seeds for r in rows if r.method == report.baseline))
-    sds = [getattr(rows[i], name).sd for i, name in tested
-           if getattr(rows[i], name).estimate.n == seeds and getattr(rows[i], name).sd > 0]
+    sds = [at(rows, slot).sd for slot in tested if at(rows, slot).estimate.n == seeds and at(rows, slot).sd > 0]
     sd = statistics.median(sds) if sds else None
     mde = detectable(sd, seeds, ALPHA / len(tested), POWER) if sd is not None and seeds >= 2 else None
     return rows, Family(len(tested), seeds, sd, len(sds), mde)

@@ -78,7 +78,12 @@ class ReportConfig(Section):
     oracle: str | None = "oracle_blame"
     """The yardstick method: each method's share of its gain over the baseline (None: no such column)."""
     metric: str = "greedy_pass@1"
-    """The held-out metric of the tables (an eval key: greedy_pass@1, pass@1, pass@4, ...)."""
+    """The primary endpoint: the held-out metric of the tables (an eval key: greedy_pass@1, pass@1, pass@4, ...),
+    whose area at equal rollout tokens gets each method's verdict against the baseline."""
+    secondary: list[str] = Field(default_factory=list)
+    """Secondary endpoints: metrics whose area at equal rollout tokens also gets a verdict against the baseline, in
+    the same Holm family as the primary endpoint's (one family over every metric that yields a verdict, never one
+    family per metric); each needs a curve in every run."""
     like_for_like: dict[str, str] = Field(default_factory=dict)
     """Per method, a second baseline run alike but for the credit (the same optimiser steps per batch, the same
     learning rate), e.g. `{s_trace: grpo_4mb}`: the table and findings add the paired difference to it."""
@@ -100,6 +105,40 @@ class ReportConfig(Section):
     own largest |credit| (every row's pattern shows); the page has a switch for the other."""
 
 
+class Tune(Section):
+    """A tuning grid: every method of the study at each value of one setting, the same values for every method (the
+    baseline and the yardsticks included), each cell labelled `<method>@<setting>=<value>` (`tune_label`), e.g.
+    `grpo@lr=1e-04`. Its report chooses each method's value by one rule (`credo.study.tuning`)."""
+
+    key: str = Field(pattern=r"^[a-z_]+(\.[a-z_0-9]+)+$")
+    """The setting tuned, as a dotted config path (e.g. `optim.lr`)."""
+    values: list[float] = Field(min_length=2)
+    """Its values, the same for every method."""
+    methods: list[str] = Field(default_factory=list)
+    """The methods tuned, as the study file names them (filled when the study expands its cells; not set by hand)."""
+
+    @field_validator("values")
+    @classmethod
+    def _distinct(cls, values: list[float]) -> list[float]:
+        if len(set(values)) != len(values):
+            raise ValueError(f"a tuning grid's values must be distinct, got {values}")
+        return sorted(values)
+
+
+def tune_label(method: str, key: str, value: float) -> str:
+    """A tuning cell's label: the method, the setting's last part and the value in the shortest exponent form.
+
+    >>> tune_label("grpo", "optim.lr", 1e-4), tune_label("grpo", "optim.lr", 2.5e-5), tune_label("dapo", "loss.clip", 0.2)
+    ('grpo@lr=1e-04', 'grpo@lr=2.5e-05', 'dapo@clip=2e-01')
+    """
+    mantissa, exponent = f"{value:.6e}".split("e")
+    return f"{method}@{key.rsplit('.', 1)[-1]}={mantissa.rstrip('0').rstrip('.')}e{exponent}"
+
+
+MIN_TUNING_SEEDS = 3
+"""A tuning study's fewest seeds outside an exploratory study: one seed decides by noise (docs/guides/studies.md)."""
+
+
 class StudyConfig(Section):
     name: str
     output: str | None = None
@@ -117,8 +156,11 @@ class StudyConfig(Section):
     """The seeds the study's settings were tuned on (its tuning study's): never the study's own seeds."""
     pilot_seeds: list[int] = Field(default_factory=list)
     """The seeds of every pilot that chose anything about the study (a regime, a metric, a budget): never its own."""
+    tune: Tune | None = None
+    """A tuning grid over every method (None: a study of the methods as given)."""
     exploratory: bool = False
-    """A study outside the protocol, allowed to reuse tuning or pilot seeds; its report says so first.
+    """A study outside the protocol, allowed to reuse tuning or pilot seeds or tune on fewer than
+    `MIN_TUNING_SEEDS` seeds; its report says so first.
 
     A metric or a setting chosen on seeds that then confirm it is not confirmed (docs/guides/studies.md, "Seeds"),
     so `credo compare` refuses a study whose seeds meet `tuning_seeds` or `pilot_seeds` unless it is exploratory."""
@@ -137,12 +179,49 @@ class StudyConfig(Section):
                                  "(choose others), or mark the study exploratory: true")
         return self
 
+    @model_validator(mode="after")
+    def _enough_tuning_seeds(self) -> StudyConfig:
+        few = [m for m in self.methods if len(self.seeds_of(m)) < MIN_TUNING_SEEDS]
+        if self.tune is not None and few and not self.exploratory:
+            raise ValueError(f"a tuning study needs at least {MIN_TUNING_SEEDS} seeds per cell ({few[0]} has "
+                             f"{self.seeds_of(few[0])}): one seed chooses by noise; add seeds, or mark the study "
+                             "exploratory: true")
+        return self
+
     @field_validator("methods", mode="before")
     @classmethod
     def _entries(cls, methods: Any) -> Any:
         if isinstance(methods, dict):
             return {k: {"config": v} if isinstance(v, str) else v for k, v in methods.items()}
         return methods
+
+    @model_validator(mode="before")
+    @classmethod
+    def _expand_tuning(cls, data: Any) -> Any:
+        """With a `tune` grid, each method becomes one cell per value (`tune_label`), its `set` carrying the value;
+        the grid records the methods it expanded, so a resolved study (already expanded) is left as it is."""
+        if not isinstance(data, dict) or not isinstance(data.get("tune"), dict) or data["tune"].get("methods"):
+            return data
+        tune, methods = data["tune"], data.get("methods")
+        key, values = tune.get("key"), tune.get("values")
+        if not (isinstance(methods, dict) and isinstance(key, str) and isinstance(values, list)
+                and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+                and all(isinstance(e, (str, dict)) for e in methods.values())):
+            return data  # the fields' own validation names what is wrong
+        cells = {}
+        for method, entry in methods.items():
+            entry = {"config": entry} if isinstance(entry, str) else entry
+            found: Any = entry.get("set") or {}
+            for part in key.split("."):
+                found = found.get(part) if isinstance(found, dict) else None
+            if found is not None:
+                raise ValueError(f"method {method} sets {key} itself, which the tuning grid sets for every method")
+            for value in sorted(values):
+                setting: Any = value
+                for part in reversed(key.split(".")):
+                    setting = {part: setting}
+                cells[tune_label(method, key, value)] = {**entry, "set": deep_merge(entry.get("set") or {}, setting)}
+        return {**data, "methods": cells, "tune": {**tune, "methods": list(methods)}}
 
     @field_validator("seeds")
     @classmethod
@@ -197,6 +276,8 @@ class Study:
                 for seed in self.config.seeds_of(method):
                     where = f"{self.file}: method {method}, difficulty {difficulty}, seed {seed}"
                     config = validate(deep_merge(data, {"train": {"seed": seed}}), where)
+                    if self.config.tune is not None and not self.config.exploratory:
+                        check_validation_split(config, where)
                     try:
                         check_model_path(config.model)
                     except FileNotFoundError as error:
@@ -219,6 +300,17 @@ class Study:
         return deep_merge(data, {key: value for key, value in overrides.items() if key != "base"})
 
 
+def check_validation_split(config: RunConfig, where: str) -> None:
+    """A `ConfigError` for a tuning cell that evaluates on the test problems where its task has a validation split
+    (`eval_split`): values tuned on the problems that then judge them are not confirmed by them."""
+    from credo.tasks import task_class
+
+    name = config.task.get("name", "")
+    if "eval_split" in task_class(name).Config.model_fields and config.task.get("eval_split", "test") != "validation":
+        raise ConfigError(f"{where}: a tuning study evaluates on the validation problems (set task.eval_split: "
+                          "validation), not on the test problems the study then reports; or mark it exploratory: true")
+
+
 def load_study(path: str | Path, output: str | Path | None = None) -> Study:
     """Read and validate a study file; `output` overrides its output directory."""
     path = Path(path)
@@ -237,6 +329,9 @@ def load_study(path: str | Path, output: str | Path | None = None) -> Study:
             if name not in config.methods:
                 raise ConfigError(f"{path}: report.like_for_like {method}: {like}: {name!r} is not one of the methods: "
                                   f"{', '.join(config.methods)}")
+    if config.report.metric in config.report.secondary or len(set(config.report.secondary)) < len(config.report.secondary):
+        raise ConfigError(f"{path}: report.secondary {config.report.secondary} repeats a metric or the primary endpoint "
+                          f"{config.report.metric!r}")
     for method in config.report.exploratory:
         if method not in config.methods or method == config.report.baseline:
             raise ConfigError(f"{path}: report.exploratory: {method!r} is not one of the compared methods: "

@@ -33,7 +33,16 @@ from credo.study.grid import STUDY_FILE, ReportConfig, dump_study
 from credo.study.heatmap import write_heatmap
 from credo.study.results import report_json, results_from_json, results_from_runs
 from credo.study.runs import seeds_of
-from credo.study.tables import findings, glossary, metrics_table, regime_notes, table, unrecomputed
+from credo.study.tables import (
+    findings,
+    glossary,
+    metrics_table,
+    regime_notes,
+    secondary_table,
+    table,
+    tuning_blocks,
+    unrecomputed,
+)
 
 
 def write_report(directory: str | Path, output: str | Path | None = None, *, html: bool = False,
@@ -88,11 +97,18 @@ def write_report(directory: str | Path, output: str | Path | None = None, *, htm
         if saved.unfinished:
             blocks.append(Paragraph(f"Unfinished (finished seeds / all): {', '.join(saved.unfinished)}."))
         blocks += [*regime_notes(result, report), table(result, report)]
+        secondary = secondary_table(result, report)
+        if secondary is not None:
+            blocks += [Heading("Secondary endpoints", 3), Paragraph(
+                "Verdicts in the same Holm family as the table above's (one family over every metric that yields a "
+                "verdict)."), secondary]
         every_metric = metrics_table(result, report)
         if every_metric is not None:
             blocks += [Heading("Every metric", 3), Paragraph(
                 f"Paired differences to `{report.baseline}` of every compared metric, with raw 95% intervals; the "
                 f"verdicts above are the headline's ({result.metric} area at equal rollout tokens)."), every_metric]
+        if saved.tuning:
+            blocks += tuning_blocks(saved.tuning, study, result.metric)
         blocks += [Heading("Findings", 3), Bullets(tuple(findings(result, report)))]
         names = {metric: f"plots/{difficulty}_{metric.replace('@', '_at_')}.png" for metric in saved.metrics()}
         if saved.curves is None:  # figures an earlier version drew, where they are

@@ -21,6 +21,7 @@ from credo.study.grid import ReportConfig
 from credo.study.heatmap import collect_samples
 from credo.study.runs import NoFinishedRuns, load_runs, seeds_of
 from credo.study.seeds import RegimeValues, regime_values
+from credo.study.tuning import Choice, choices
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,8 @@ class DifficultyReport:
     unfinished: list[str] = field(default_factory=list)
     samples: list[dict] | None = None
     """The heatmap's records (`credo.study.heatmap.collect_samples`); None: none at hand (a page there stays)."""
+    tuning: list[Choice] = field(default_factory=list)
+    """A tuning study's choices (`credo.study.tuning.choices`); empty in any other study."""
 
     def metrics(self) -> list[str]:
         """The metrics with a figure: the compared metrics with curves."""
@@ -51,6 +54,8 @@ class DifficultyReport:
             out["unfinished"] = self.unfinished
         if self.curves is not None:
             out["curves"] = self.curves
+        if self.tuning:
+            out["tuning"] = [c.as_json() for c in self.tuning]
         if self.values is not None:
             out.update(self.values.as_json())
         return out
@@ -75,8 +80,13 @@ def results_from_runs(directory: Path, report: ReportConfig) -> dict[str, Diffic
             result, values, {metric: mean_curves(by_method, metric) for metric in values.curve_metrics},
             [f"{m} ({len(rs)}/{len(seeds_of(study, m))})" for m, rs in by_method.items()
              if len(rs) < len(seeds_of(study, m))],
-            collect_samples(by_method, report.heatmap_step))
+            collect_samples(by_method, report.heatmap_step), tuned(values, study))
     return out
+
+
+def tuned(values: RegimeValues | None, study: dict) -> list[Choice]:
+    """A tuning study's choices in one regime (none without per-seed values or outside a tuning study)."""
+    return choices(values, study) if values is not None and study.get("tune") else []
 
 
 def results_from_json(directory: Path, study: dict) -> dict[str, DifficultyReport | None]:
@@ -104,7 +114,8 @@ def results_from_json(directory: Path, study: dict) -> dict[str, DifficultyRepor
         result = recovered_result(saved, report, difficulty) if values is None else analyse(values, report, difficulty)
         records = path_inside(directory, f"credit_{difficulty}.jsonl")
         out[difficulty] = DifficultyReport(result, values, saved.get("curves"), saved.get("unfinished", []),
-                                           list(iter_jsonl(records)) if records.exists() else None)
+                                           list(iter_jsonl(records)) if records.exists() else None,
+                                           tuned(values, study))
     return out
 
 

@@ -24,6 +24,7 @@ from credo.study.document import Block, Bullets, Heading, Paragraph, Table
 from credo.study.grid import ReportConfig
 from credo.study.runs import EXPLODED
 from credo.study.stats import Estimate, smallest_exact_p
+from credo.study.tuning import Choice
 
 NEEDS_RUNS = "needs per-seed values (runs not committed)"
 
@@ -145,10 +146,30 @@ def metrics_table(result: DifficultyResult, report: ReportConfig) -> Table | Non
     return Table(tuple(columns[i][0] for i in keep), tuple(tuple(c[i] for i in keep) for c in cells))
 
 
+def secondary_table(result: DifficultyResult, report: ReportConfig) -> Table | None:
+    """The secondary endpoints' contrasts (`ReportConfig.secondary`): per method and metric the paired difference of
+    the area at equal rollout tokens with its raw 95% interval and its verdict in the regime's one Holm family; None
+    without secondary endpoints."""
+    rows = [r for r in result.rows if r.secondary_vs_baseline]
+    if not report.secondary or not rows:
+        return None
+    header = ["method"]
+    for metric in report.secondary:
+        header += [f"Δ {metric} area vs {report.baseline} (raw 95%)", f"{metric} verdict (Holm p)"]
+    cells = []
+    for r in rows:
+        cells.append((f"`{r.method}`", *(text for m in report.secondary for text in (
+            (bracketed(r.secondary_vs_baseline[m].estimate), verdict_cell(r.secondary_vs_baseline[m]))
+            if m in r.secondary_vs_baseline else ("–", "–")))))
+    return Table(tuple(header), tuple(cells))
+
+
 def regime_notes(result: DifficultyResult, report: ReportConfig) -> list[Paragraph]:
     """How the regime's verdicts and areas were made: the family, its detectable effect, the areas' points."""
     family = result.family
-    contrasts = (f"each method's paired difference of the {result.metric} area to `{report.baseline}`'s"
+    contrasts = (f"each method's paired difference of the {result.metric} area (the primary endpoint) to "
+                 f"`{report.baseline}`'s"
+                 + (f", of the secondary endpoints' areas ({_names(report.secondary)})" if report.secondary else "")
                  + (", and to its like-for-like baseline's" if report.like_for_like else ""))
     notes = [f"Verdicts: Holm's correction over this regime's {family.size} contrasts ({contrasts}) at family-wise "
              f"level {ALPHA:g}; the tables give each raw 95% interval beside the Holm-adjusted p." if family.size else
@@ -234,6 +255,12 @@ def disagreement_sentence(row: MethodRow, result: DifficultyResult, baseline: st
     return f"`{row.method}`'s metrics disagree (raw 95% intervals): {'; '.join(said)}. "
 
 
+def secondary_clause(row: MethodRow) -> str:
+    """`"; on the pass@1 area (a secondary endpoint) it beats it (+0.1, ..., Holm p 0.01)"` per secondary endpoint."""
+    return "".join(f"; on the {metric} area (a secondary endpoint) it {verb(c)} it ({tested(c)})"
+                   for metric, c in row.secondary_vs_baseline.items())
+
+
 def findings(result: DifficultyResult, report: ReportConfig) -> list[str]:
     """Plain-word sentences: each method against the baseline, and against the oracle's gain."""
     rows = {r.method: r for r in result.rows}
@@ -246,7 +273,8 @@ def findings(result: DifficultyResult, report: ReportConfig) -> list[str]:
         gain = oracle.auc_vs_baseline
         out.append(disagreement_sentence(oracle, result, report.baseline)
                    + f"The yardstick `{report.oracle}` {verb(gain)} `{report.baseline}` (paired difference of the "
-                   f"areas {tested(gain)}); a method's share of this gain says how much of perfect blame it recovers.")
+                   f"areas {tested(gain)}{secondary_clause(oracle)}); a method's share of this gain says how much of "
+                   "perfect blame it recovers.")
     largest = next((m for m in result.metrics if m.startswith("pass@") and m != "pass@1"), None)
     for row in result.rows:
         if row.method in (report.baseline, report.oracle) or row.auc_vs_baseline is None:
@@ -257,6 +285,7 @@ def findings(result: DifficultyResult, report: ReportConfig) -> list[str]:
                     f"{tested(diff)})")
         if row.auc_vs_like is not None:
             sentence += f"; it {verb(row.auc_vs_like)} its like-for-like `{row.like_for_like}` ({tested(row.auc_vs_like)})"
+        sentence += secondary_clause(row)
         if largest and largest in row.final_vs_baseline:
             sentence += f"; final {largest} {signed(row.final_vs_baseline[largest])} against the baseline's"
         if row.share is not None:
@@ -282,8 +311,8 @@ def glossary() -> list[Block]:
         "brackets, not corrected for the number of contrasts; vs like-for-like: to the baseline the study names for "
         "the method (`report.like_for_like`: the same optimiser steps per batch and learning rate).",
         "verdict (Holm p): beats / falls behind / not distinguishable, from the two-sided paired t-test's p-value "
-        f"after Holm's (1979) correction over the regime's family (every Δ area vs the baseline and vs a like-for-like "
-        f"baseline): p~_(i) = max over j <= i of min(1, (m - j + 1) p_(j)) for the sorted p-values, significant "
+        f"after Holm's (1979) correction over the regime's family (every Δ area vs the baseline, on the primary and "
+        f"every secondary endpoint, and vs a like-for-like baseline): p~_(i) = max over j <= i of min(1, (m - j + 1) p_(j)) for the sorted p-values, significant "
         f"below {ALPHA:g}; identical: every seed's difference is 0 (the same runs); one seed: no test. A raw interval "
         "that excludes 0 with a verdict of not distinguishable did not survive the correction. exploratory: a cell "
         "added after results were seen (`report.exploratory`), read at its raw p, outside the family.",
@@ -305,3 +334,27 @@ def glossary() -> list[Block]:
         "averaged over training steps (`credo.diagnostics`).",
         "rollout tokens: every generated token (seeds, discarded draws, localisation, revisions), the cost axis.",
     ))]
+
+
+def tuning_blocks(choices: list[Choice], study: dict, metric: str) -> list[Block]:
+    """A tuning study's choices (`credo.study.tuning`): per method its mean area at each value, the chosen value, its
+    margin over the runner-up (also in sds of their per-seed differences) and whether the grid brackets it."""
+    tune = study["tune"]
+    setting = tune["key"]
+
+    def margin(c: Choice) -> str:
+        if c.margin is None:
+            return "–"
+        return f"{c.margin:+.3f}" + ("" if c.margin_sd is None else f" ({c.margin_sd:.2f} sd)")
+
+    rows = tuple((f"`{c.method}`", *(f"{c.means[v]:.3f}" if v in c.means else "unfinished" for v in tune["values"]),
+                  f"{c.chosen:g}", margin(c), c.where) for c in choices)
+    narrow = [c.method for c in choices if c.margin_sd is not None and c.margin_sd < 1]
+    text = (f"The rule (one for every method): the {setting} with the largest mean {metric} area at equal rollout tokens "
+            f"over the tuning seeds, no tie-break; margin: the chosen value's mean minus the runner-up's, and in "
+            "standard deviations of their per-seed differences; a choice at the grid's edge is not bracketed (extend "
+            "the grid one step that way before it stands).")
+    if narrow:
+        text += f" Chosen by less than one sd (the next seed may reverse it): {', '.join(f'`{m}`' for m in narrow)}."
+    return [Heading("Tuning", 3), Paragraph(text),
+            Table(("method", *(f"{setting} {v:g}" for v in tune["values"]), "chosen", "margin", "grid"), rows)]

@@ -1,0 +1,89 @@
+"""The tuning rule of a tuning study (`StudyConfig.tune`): each method's value of the tuned setting, and its margin.
+
+One rule for every method, the baseline and the yardsticks included (docs/guides/studies.md, "Tuning"):
+
+- **one metric**, fixed before the runs: the study's headline (`ReportConfig.metric`), as its area at equal rollout
+  tokens (`credo.study.seeds`), on the tuning study's own seeds and its evaluation problems (a tuning study
+  evaluates on the validation problems, `task.eval_split: validation`, so the study's test problems choose nothing);
+- **the mean over the tuning seeds** chooses: the value with the largest mean area over the study's seeds, among the
+  values finished at every one of them (an unfinished value is named, never chosen); no tie-break by a second metric;
+- **its margin** is reported: the chosen value's mean minus the runner-up's, and that margin in standard deviations of
+  their per-seed paired differences (a margin under 1 sd is one the next seed may well reverse);
+- **the grid's edge**: a choice at the smallest or largest value tried is not bracketed; the grid should be extended
+  one step that way (as an amendment, on the same seeds) before the choice stands.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from credo.study.grid import tune_label
+from credo.study.runs import seeds_of
+from credo.study.seeds import RegimeValues
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One method's tuned value and how clearly the rule chose it."""
+
+    method: str
+    means: dict[float, float]
+    """Per value tried, the mean area over `seeds`."""
+    seeds: list[int]
+    """The tuning seeds every value of the method finished."""
+    chosen: float
+    runner_up: float | None
+    """The value with the second largest mean (None with one value finished)."""
+    margin: float | None
+    """The chosen value's mean area minus the runner-up's."""
+    margin_sd: float | None
+    """`margin` over the sd of the per-seed differences chosen - runner-up (None under 2 seeds or with no spread)."""
+    where: str
+    """"bracketed", or "extend lower" / "extend higher" where the choice is at the grid's edge."""
+    missing: list[float]
+    """Values of the grid with no run finished at `seeds` (the choice is among the others)."""
+
+    def as_json(self) -> dict:
+        return {"method": self.method, "chosen": self.chosen, "runner_up": self.runner_up, "margin": self.margin,
+                "margin_sd": self.margin_sd, "where": self.where, "seeds": self.seeds, "missing": self.missing,
+                "mean_area": {f"{v:g}": m for v, m in self.means.items()}}
+
+
+def choose(areas: dict[float, dict[int, float]], grid: list[float], seeds: list[int], method: str = "") -> Choice | None:
+    """The rule on one method's areas `{value: {seed: area}}`: among the values of `grid` finished at every one of
+    `seeds` (the others are `missing`); None when none is.
+
+    >>> c = choose({1e-4: {1: 0.5, 2: 0.6}, 2e-4: {1: 0.4, 2: 0.45}, 5e-5: {1: 0.3}}, [5e-5, 1e-4, 2e-4], [1, 2])
+    >>> c.chosen, c.runner_up, round(c.margin, 3), round(c.margin_sd, 2), c.where, c.missing
+    (0.0001, 0.0002, 0.125, 3.54, 'bracketed', [5e-05])
+    """
+    finished = {v: areas[v] for v in grid if v in areas and all(s in areas[v] for s in seeds)}
+    if not finished:
+        return None
+    means = {v: statistics.fmean(by_seed[s] for s in seeds) for v, by_seed in finished.items()}
+    ranked = sorted(means, key=means.__getitem__, reverse=True)
+    chosen, runner_up = ranked[0], (ranked[1] if len(ranked) > 1 else None)
+    margin = margin_sd = None
+    if runner_up is not None:
+        margin = means[chosen] - means[runner_up]
+        spread = statistics.stdev([finished[chosen][s] - finished[runner_up][s] for s in seeds]) if len(seeds) > 1 else 0
+        margin_sd = margin / spread if spread > 0 else None
+    where = "extend lower" if chosen == grid[0] else "extend higher" if chosen == grid[-1] else "bracketed"
+    return Choice(method, means, list(seeds), chosen, runner_up, margin, margin_sd, where,
+                  [v for v in grid if v not in finished])
+
+
+def choices(values: RegimeValues, study: dict) -> list[Choice]:
+    """The rule for every tuned method of a regime of a resolved tuning study (its `tune`, with its methods), on the
+    headline metric's area at equal rollout tokens."""
+    tune, out = study["tune"], []
+    for method in tune["methods"]:
+        labels = {value: tune_label(method, tune["key"], value) for value in tune["values"]}
+        areas = {value: {seed: v.area[values.metric] for seed, v in values.cells.get(label, {}).items()}
+                 for value, label in labels.items()}
+        seeds = seeds_of(study, labels[tune["values"][0]])
+        choice = choose(areas, sorted(tune["values"]), seeds, method)
+        if choice is not None:
+            out.append(choice)
+    return out
