@@ -44,7 +44,8 @@ def study_dir(tmp_path):
     root = tmp_path / "study"
     study = {"name": "synthetic", "seeds": [0, 1], "methods": {m: {"config": f"{m}.yaml"} for m in CURVES},
              "difficulties": {"default": {}}, "report": {"baseline": "grpo", "oracle": "oracle_blame",
-                                                         "metric": "greedy_pass@1"}, "command": "credo compare synthetic.yaml"}
+                                                         "metric": "greedy_pass@1", "min_verdict_seeds": 2},
+             "command": "credo compare synthetic.yaml"}
     root.mkdir()
     (root / "study.yaml").write_text(yaml.safe_dump(study))
     for method, ys in CURVES.items():
@@ -501,7 +502,8 @@ def noisy_study(root: Path, **report) -> Path:
     heights = {"grpo": (0.3, 0.3, 0.3), "strong": (0.6, 0.61, 0.62), "marginal": (0.45, 0.5, 0.6),
                "null": (0.2, 0.3, 0.4)}
     study = {"name": "noisy", "seeds": [0, 1, 2], "methods": {m: {"config": f"{m}.yaml"} for m in heights},
-             "difficulties": {"default": {}}, "report": {"baseline": "grpo", "oracle": "strong", **report}}
+             "difficulties": {"default": {}},
+             "report": {"baseline": "grpo", "oracle": "strong", "min_verdict_seeds": 2, **report}}
     root.mkdir()
     (root / "study.yaml").write_text(yaml.safe_dump(study))
     for method, by_seed in heights.items():
@@ -682,7 +684,8 @@ def test_equivalent_only_from_tost_at_the_plans_margin(tmp_path):
         heights = {"grpo": (0.3, 0.3, 0.3), "strong": (0.6, 0.61, 0.62), "close": (0.31, 0.3, 0.29),
                    "null": (0.2, 0.3, 0.4)}
         spec = {"name": "tost", "seeds": [0, 1, 2], "methods": {m: {"config": f"{m}.yaml"} for m in heights},
-                "difficulties": {"default": {}}, "report": {"baseline": "grpo", "oracle": None, **report}}
+                "difficulties": {"default": {}}, "report": {"baseline": "grpo", "oracle": None, "min_verdict_seeds": 2,
+                                                            **report}}
         root.mkdir()
         (root / "study.yaml").write_text(yaml.safe_dump(spec))
         for method, by_seed in heights.items():
@@ -750,3 +753,17 @@ def test_a_secondary_endpoint_needs_a_curve_and_may_not_repeat_the_primary(tmp_p
     from credo.study.grid import load_study
     with pytest.raises(ConfigError, match="repeats a metric or the primary endpoint"):
         load_study(path)
+
+
+def test_a_survey_under_four_seeds_is_descriptive_with_its_per_seed_values(tmp_path):
+    """At the default `min_verdict_seeds` (4) a 3-seed study gets no test: `strong`'s +0.31 (p ~ 0.0007) is described by
+    its per-seed differences, with no p, no verdict, no family (and so no detectable effect)."""
+    root = noisy_study(tmp_path / "study", min_verdict_seeds=4)
+    text = write_report(root).read_text()
+    saved = json.loads((root / "report.json").read_text())["default"]
+    strong = {r["method"]: r for r in saved["methods"]}["strong"]["auc_vs_baseline"]
+    assert strong["verdict"] == "descriptive" and strong["p"] is None and strong["p_holm"] is None
+    assert strong["per_seed"] == pytest.approx([0.30, 0.31, 0.32])
+    assert saved["family"]["contrasts"] == 0 and saved["family"]["mde"] is None
+    assert "| +0.310 (per seed +0.300, +0.310, +0.320) | descriptive (3 seeds, no test) |" in text
+    assert "fewer than 4 paired seeds: a survey" in text and "beats" not in text.split("### How to read")[0]

@@ -13,7 +13,7 @@ from credo.study.report import write_report
 def written_report(root, name, like_for_like=None, skip=()):
     study = {"name": name, "seeds": [0, 1], "methods": {m: {"config": f"{m}.yaml"} for m in CURVES},
              "difficulties": {"default": {}}, "report": {"baseline": "grpo", "oracle": "oracle_blame",
-                                                         "like_for_like": like_for_like or {}}}
+                                                         "like_for_like": like_for_like or {}, "min_verdict_seeds": 2}}
     root.mkdir()
     (root / "study.yaml").write_text(yaml.safe_dump(study))
     for method, ys in CURVES.items():
@@ -68,7 +68,7 @@ def test_the_detectable_effect_row_is_the_reports(tmp_path):
     verdicts = load_example("study_verdicts")
     root = tmp_path / "a"
     study = {"name": "noisy", "seeds": [0, 1, 2], "methods": {m: {"config": f"{m}.yaml"} for m in ("grpo", "a", "b")},
-             "difficulties": {"default": {}}, "report": {"baseline": "grpo", "oracle": None}}
+             "difficulties": {"default": {}}, "report": {"baseline": "grpo", "oracle": None, "min_verdict_seeds": 2}}
     root.mkdir()
     (root / "study.yaml").write_text(yaml.safe_dump(study))
     heights = {"grpo": (0.3, 0.3, 0.3), "a": (0.4, 0.42, 0.47), "b": (0.3, 0.35, 0.31)}

@@ -76,6 +76,10 @@ class Contrast:
     mde: float | None = None
     """Its own minimum detectable effect: 80% power at the family's Bonferroni level with its own paired sd and seeds
     (None outside a family or without spread); the family's median-sd one can hide a contrast that is noisier."""
+    values: tuple[float, ...] = ()
+    """The per-seed differences (empty for a contrast recovered from a written interval)."""
+    descriptive: bool = False
+    """Fewer paired seeds than `ReportConfig.min_verdict_seeds`: reported by its per-seed values, with no test."""
 
     @property
     def verdict(self) -> str:
@@ -83,8 +87,10 @@ class Contrast:
         it is not but the equivalence test at the plan's margin is (`p_equivalent` below `ALPHA`); "not
         distinguishable" otherwise, never "level" or "equal"; "identical" when every seed's difference is exactly 0
         (the same runs: a method that reduces to the baseline, as REINFORCE does to GRPO on policy), "one seed"
-        without a test."""
+        without a test; "descriptive" under `ReportConfig.min_verdict_seeds` paired seeds."""
         e = self.estimate
+        if self.descriptive:
+            return "descriptive"
         if self.p is None:
             return "one seed"
         if e.low == e.high == 0.0:
@@ -100,16 +106,17 @@ class Contrast:
         return {"mean": e.mean, "low": e.low, "high": e.high, "n": e.n, "sd": self.sd, "p": self.p,
                 "p_holm": self.p_holm, "verdict": self.verdict, **({"exploratory": True} if self.exploratory else {}),
                 **({"p_equivalent": self.p_equivalent} if self.p_equivalent is not None else {}),
-                **({"mde": self.mde} if self.mde is not None else {})}
+                **({"mde": self.mde} if self.mde is not None else {}),
+                **({"descriptive": True, "per_seed": list(self.values)} if self.descriptive else {})}
 
 
 def contrast(differences: list[float]) -> Contrast:
     """The contrast of per-seed differences: mean, 95% interval, sd and paired t-test."""
     e = mean_interval(differences)
     if e.n < 2:
-        return Contrast(e, None, None)
+        return Contrast(e, None, None, values=tuple(differences))
     sd = sample_sd(differences)
-    return Contrast(e, sd, paired_p(e.mean, sd, e.n))
+    return Contrast(e, sd, paired_p(e.mean, sd, e.n), values=tuple(differences))
 
 
 def written_contrast(e: Estimate | None) -> Contrast | None:
@@ -372,11 +379,15 @@ def put(rows: list[MethodRow], slot: Slot, contrast: Contrast) -> None:
 def corrected(rows: list[MethodRow], report: ReportConfig) -> tuple[list[MethodRow], Family]:
     """The rows with Holm-adjusted p-values over the regime's family (every contrast with a test, the primary
     endpoint's, the like-for-like ones and the secondary endpoints' together, but those of the exploratory cells,
-    which are marked so and keep their raw p), and the family."""
+    which are marked so and keep their raw p, and those on fewer than `ReportConfig.min_verdict_seeds` paired seeds,
+    made descriptive: no p, no verdict), and the family."""
     rows = list(rows)
     for slot in slots(rows):
-        if rows[slot[0]].method in report.exploratory:
-            put(rows, slot, replace(at(rows, slot), exploratory=True))
+        c = at(rows, slot)
+        if c.estimate.n < report.min_verdict_seeds and not (c.estimate.low == c.estimate.high == 0.0):
+            put(rows, slot, replace(c, p=None, descriptive=True))
+        elif rows[slot[0]].method in report.exploratory:
+            put(rows, slot, replace(c, exploratory=True))
     tested = [slot for slot in slots(rows) if at(rows, slot).p is not None and not at(rows, slot).exploratory]
     adjusted = holm([at(rows, slot).p for slot in tested])
     for slot, p in zip(tested, adjusted):

@@ -136,7 +136,8 @@ def family_figures(methods: list[str], report: ReportConfig) -> dict[str, list[s
 
 def plot_differences(result: DifficultyResult, baseline: str, path: Path, title: str) -> Path | None:
     """A forest plot: each method's paired difference of the area to the baseline's, with its raw 95% interval,
-    coloured by its Holm verdict (blue: beats, vermillion: falls behind, grey: the rest)."""
+    coloured by its Holm verdict (blue: beats, vermillion: falls behind, grey: the rest); a descriptive contrast (too
+    few seeds for a test) as its mean and per-seed differences."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -147,7 +148,8 @@ def plot_differences(result: DifficultyResult, baseline: str, path: Path, title:
     if not rows:
         return None
     styles = {"beats": ("#0072B2", "o"), "falls behind": ("#D55E00", "s"), "equivalent": ("#009E73", "^"),
-              "not distinguishable": ("#777777", "D"), "identical": ("#777777", "x"), "one seed": ("#777777", "D")}
+              "not distinguishable": ("#777777", "D"), "identical": ("#777777", "x"), "one seed": ("#777777", "D"),
+              "descriptive": ("#777777", "|")}
     single = all(r.auc_vs_baseline.p is None for r in rows)
     fig, ax = plt.subplots(figsize=(9, 1.6 + 0.3 * len(rows)), layout="constrained")
     used = set()
@@ -157,6 +159,10 @@ def plot_differences(result: DifficultyResult, baseline: str, path: Path, title:
         said = row.auc_vs_baseline.verdict
         used.add(said)
         colour, marker = styles[said]
+        if said == "descriptive":  # too few seeds for an interval: the mean and each seed's difference
+            ax.plot(row.auc_vs_baseline.values, [y] * len(row.auc_vs_baseline.values), ".", color=colour)
+            ax.plot(d.mean, y, marker, color=colour, markersize=12)
+            continue
         ax.errorbar(d.mean, y, xerr=[[d.mean - low], [high - d.mean]], fmt=marker, color=colour, capsize=3)
     ax.axvline(0, color="black", linewidth=0.8)
     ax.set_yticks(range(len(rows)), [r.method for r in reversed(rows)])
@@ -167,7 +173,7 @@ def plot_differences(result: DifficultyResult, baseline: str, path: Path, title:
     labels = {"beats": f"beats {baseline}", "falls behind": f"falls behind {baseline}",
               "equivalent": f"equivalent to {baseline} (TOST)",
               "not distinguishable": f"not distinguishable from {baseline}", "identical": f"identical to {baseline}",
-              "one seed": "one seed (no interval)"}
+              "one seed": "one seed (no interval)", "descriptive": "descriptive: mean and per-seed values (no test)"}
     handles = [Line2D([], [], color=styles[v][0], marker=styles[v][1], linestyle="", label=labels[v])
                for v in styles if v in used]
     fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), fontsize=9, frameon=False)

@@ -46,9 +46,24 @@ def p_text(p: float) -> str:
     return "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
+def per_seed_text(c: Contrast) -> str:
+    """A descriptive contrast's per-seed differences: `+0.010, +0.030`."""
+    return ", ".join(f"{v:+.3f}" for v in c.values)
+
+
+def difference_cell(c: Contrast) -> str:
+    """A contrast's paired difference as a table cell: `bracketed`, or for a descriptive one (too few seeds for a
+    test) its mean and per-seed values: `+0.020 (per seed +0.010, +0.030)`."""
+    if c.descriptive:
+        return f"{c.estimate.mean:+.3f}" + (f" (per seed {per_seed_text(c)})" if c.values else "")
+    return bracketed(c.estimate)
+
+
 def verdict_cell(c: Contrast) -> str:
     """A contrast's verdict with its Holm-adjusted p: `beats (0.003)`; an exploratory one's with its raw p:
-    `beats, exploratory (raw p 0.030)`; `identical` and `one seed` alone."""
+    `beats, exploratory (raw p 0.030)`; `identical`, `one seed` and `descriptive` (its seeds) alone."""
+    if c.descriptive:
+        return f"descriptive ({c.estimate.n} seeds, no test)"
     if c.exploratory and c.p is not None and c.verdict != "identical":
         return f"{c.verdict}, exploratory (raw p {p_text(c.p)})"
     if c.p_holm is None or c.verdict == "identical":
@@ -64,7 +79,11 @@ def signed(e: Estimate) -> str:
 
 
 def tested(c: Contrast) -> str:
-    """A contrast in a sentence: `signed` with its Holm-adjusted p (an exploratory one's raw p, said so)."""
+    """A contrast in a sentence: `signed` with its Holm-adjusted p (an exploratory one's raw p, said so; a
+    descriptive one's per-seed values)."""
+    if c.descriptive:
+        return f"{c.estimate.mean:+.3f}" + (f", per seed {per_seed_text(c)}" if c.values else "") + (
+            f"; {c.estimate.n} seeds: descriptive, no test")
     if c.exploratory and c.p is not None:
         return signed(c.estimate) + f", raw p {p_text(c.p)}, exploratory: outside the Holm family"
     return signed(c.estimate) + ("" if c.p_holm is None else f", Holm p {p_text(c.p_holm)}")
@@ -73,7 +92,7 @@ def tested(c: Contrast) -> str:
 def verb(c: Contrast) -> str:
     """A contrast's verdict as the verb of a findings sentence."""
     said = c.verdict
-    return {"one seed": "cannot be told apart (one seed) from", "not distinguishable": "is not distinguishable from",
+    return {"one seed": "cannot be told apart (one seed) from", "descriptive": "is described (too few seeds to test) against", "not distinguishable": "is not distinguishable from",
             "equivalent": "is equivalent (TOST at the plan's margin) to",
             "identical": "is identical on every seed to"}.get(said, said)
 
@@ -98,13 +117,13 @@ def table(result: DifficultyResult, report: ReportConfig) -> Table:
         ("seeds", lambda r: str(r.seeds)),
         *((f"final {k}", lambda r, k=k: str(r.final[k]) if k in r.final else "–") for k in result.metrics if k in reported),
         (area_header(result), lambda r: str(r.auc)),
-        (f"Δ area vs {report.baseline} (raw 95%)", lambda r: bracketed(r.auc_vs_baseline.estimate) if r.auc_vs_baseline else "–"),
+        (f"Δ area vs {report.baseline} (raw 95%)", lambda r: difference_cell(r.auc_vs_baseline) if r.auc_vs_baseline else "–"),
         ("verdict (Holm p)", lambda r: verdict_cell(r.auc_vs_baseline) if r.auc_vs_baseline else "–"),
     ]
     if report.like_for_like:
         columns += [
             ("Δ area vs like-for-like (raw 95%)",
-             lambda r: f"{bracketed(r.auc_vs_like.estimate)} vs `{r.like_for_like}`" if r.auc_vs_like else "–"),
+             lambda r: f"{difference_cell(r.auc_vs_like)} vs `{r.like_for_like}`" if r.auc_vs_like else "–"),
             ("verdict vs like-for-like (Holm p)", lambda r: verdict_cell(r.auc_vs_like) if r.auc_vs_like else "–"),
         ]
     if report.oracle:
@@ -159,7 +178,7 @@ def secondary_table(result: DifficultyResult, report: ReportConfig) -> Table | N
     cells = []
     for r in rows:
         cells.append((f"`{r.method}`", *(text for m in report.secondary for text in (
-            (bracketed(r.secondary_vs_baseline[m].estimate), verdict_cell(r.secondary_vs_baseline[m]))
+            (difference_cell(r.secondary_vs_baseline[m]), verdict_cell(r.secondary_vs_baseline[m]))
             if m in r.secondary_vs_baseline else ("–", "–")))))
     return Table(tuple(header), tuple(cells))
 
@@ -173,7 +192,11 @@ def regime_notes(result: DifficultyResult, report: ReportConfig) -> list[Paragra
                  + (", and to its like-for-like baseline's" if report.like_for_like else ""))
     notes = [f"Verdicts: Holm's correction over this regime's {family.size} contrasts ({contrasts}) at family-wise "
              f"level {ALPHA:g}; the tables give each raw 95% interval beside the Holm-adjusted p." if family.size else
-             f"Verdicts: none of this regime's contrasts ({contrasts}) has a test (one seed per method)."]
+             f"Verdicts: none of this regime's contrasts ({contrasts}) has a test."]
+    described = [r.method for r in result.rows if r.auc_vs_baseline is not None and r.auc_vs_baseline.descriptive]
+    if described:
+        notes.append(f"Descriptive, without a test or a verdict (fewer than {report.min_verdict_seeds} paired seeds: a "
+                     f"survey), each with its per-seed differences: {_names(described)}.")
     if family.mde is not None:
         notes.append(f"Minimum detectable effect after the correction: {family.mde:.3f} in area at {POWER:.0%} power "
                      f"with {family.seeds} paired seeds (paired t-test at level {ALPHA:g}/{family.size} = "
