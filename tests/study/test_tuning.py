@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_report import make_run
 
 from credo.config import ConfigError
 from credo.study.grid import StudyConfig, load_study
 from credo.study.report import write_report
 from credo.study.tuning import choose
-from test_report import make_run
 
 GRID = [5e-5, 1e-4, 2e-4]
 
