@@ -756,7 +756,7 @@ def test_a_secondary_endpoint_needs_a_curve_and_may_not_repeat_the_primary(tmp_p
 
 
 def test_a_survey_under_four_seeds_is_descriptive_with_its_per_seed_values(tmp_path):
-    """At the default `min_verdict_seeds` (4) a 3-seed study gets no test: `strong`'s +0.31 (p ~ 0.0007) is described by
+    """At `min_verdict_seeds: 4` (a plan's) a 3-seed study gets no test: `strong`'s +0.31 (p ~ 0.0007) is described by
     its per-seed differences, with no p, no verdict, no family (and so no detectable effect)."""
     root = noisy_study(tmp_path / "study", min_verdict_seeds=4)
     text = write_report(root).read_text()
