@@ -10,8 +10,8 @@ precision, instability and cost.
 Verdicts. The family of a regime is every contrast that gets a verdict: each method's paired difference of the
 headline area (the primary endpoint) to the baseline's, and to its like-for-like baseline's where the study names one
 (`ReportConfig.like_for_like`), and of each secondary endpoint's area to the baseline's (`ReportConfig.secondary`):
-one family over every metric that yields a verdict, so adding a metric makes every verdict harder, never easier. Each has the two-sided p of the paired t-test over seeds
-(`stats.paired_p`); Holm's (1979) step-down adjustment over the family's m p-values (`stats.holm`) decides the
+one family over every metric that yields a verdict, so adding a metric makes every verdict harder, never easier.
+Each has the two-sided p of the paired t-test over seeds (`stats.paired_p`); Holm's (1979) step-down adjustment over the family's m p-values (`stats.holm`) decides the
 verdict at family-wise level `ALPHA`: "beats" / "falls behind" where the adjusted p is below it (by the sign of
 the mean), "not distinguishable" otherwise, "identical" where every seed's difference is 0, "one seed" where
 there is no test. `Family` states the minimum detectable effect after the correction at 80% power: a paired

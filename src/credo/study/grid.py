@@ -214,17 +214,17 @@ class StudyConfig(Section):
                 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
                 and all(isinstance(e, (str, dict)) for e in methods.values())):
             return data  # the fields' own validation names what is wrong
-        cells = {}
+        path, cells = key.split("."), {}
         for method, entry in methods.items():
             entry = {"config": entry} if isinstance(entry, str) else entry
             found: Any = entry.get("set") or {}
-            for part in key.split("."):
+            for part in path:
                 found = found.get(part) if isinstance(found, dict) else None
             if found is not None:
                 raise ValueError(f"method {method} sets {key} itself, which the tuning grid sets for every method")
             for value in sorted(values):
                 setting: Any = value
-                for part in reversed(key.split(".")):
+                for part in reversed(path):
                     setting = {part: setting}
                 cells[tune_label(method, key, value)] = {**entry, "set": deep_merge(entry.get("set") or {}, setting)}
         return {**data, "methods": cells, "tune": {**tune, "methods": list(methods)}}

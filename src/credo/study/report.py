@@ -106,7 +106,9 @@ def write_report(directory: str | Path, output: str | Path | None = None, *, htm
         if every_metric is not None:
             blocks += [Heading("Every metric", 3), Paragraph(
                 f"Paired differences to `{report.baseline}` of every compared metric, with raw 95% intervals; the "
-                f"verdicts above are the headline's ({result.metric} area at equal rollout tokens)."), every_metric]
+                f"verdicts above are the headline's ({result.metric} area at equal rollout tokens)"
+                + (f" and the secondary endpoints' ({', '.join(report.secondary)} areas)" if report.secondary else "")
+                + "."), every_metric]
         if saved.tuning:
             blocks += tuning_blocks(saved.tuning, study, result.metric)
         blocks += [Heading("Findings", 3), Bullets(tuple(findings(result, report)))]

@@ -92,7 +92,9 @@ def tested(c: Contrast) -> str:
 def verb(c: Contrast) -> str:
     """A contrast's verdict as the verb of a findings sentence."""
     said = c.verdict
-    return {"one seed": "cannot be told apart (one seed) from", "descriptive": "is described (too few seeds to test) against", "not distinguishable": "is not distinguishable from",
+    return {"one seed": "cannot be told apart (one seed) from",
+            "descriptive": "is described (too few seeds to test) against",
+            "not distinguishable": "is not distinguishable from",
             "equivalent": "is equivalent (TOST at the plan's margin) to",
             "identical": "is identical on every seed to"}.get(said, said)
 
@@ -334,8 +336,9 @@ def glossary() -> list[Block]:
         "brackets, not corrected for the number of contrasts; vs like-for-like: to the baseline the study names for "
         "the method (`report.like_for_like`: the same optimiser steps per batch and learning rate).",
         "verdict (Holm p): beats / falls behind / not distinguishable, from the two-sided paired t-test's p-value "
-        f"after Holm's (1979) correction over the regime's family (every Δ area vs the baseline, on the primary and "
-        f"every secondary endpoint, and vs a like-for-like baseline): p~_(i) = max over j <= i of min(1, (m - j + 1) p_(j)) for the sorted p-values, significant "
+        "after Holm's (1979) correction over the regime's family (every Δ area vs the baseline, on the primary and "
+        "every secondary endpoint, and vs a like-for-like baseline): p~_(i) = max over j <= i of min(1, (m - j + 1) "
+        "p_(j)) for the sorted p-values, significant "
         f"below {ALPHA:g}; identical: every seed's difference is 0 (the same runs); one seed: no test. A raw interval "
         "that excludes 0 with a verdict of not distinguishable did not survive the correction. exploratory: a cell "
         "added after results were seen (`report.exploratory`), read at its raw p, outside the family.",
@@ -378,6 +381,6 @@ def tuning_blocks(choices: list[Choice], study: dict, metric: str) -> list[Block
             "standard deviations of their per-seed differences; a choice at the grid's edge is not bracketed (extend "
             "the grid one step that way before it stands).")
     if narrow:
-        text += f" Chosen by less than one sd (the next seed may reverse it): {', '.join(f'`{m}`' for m in narrow)}."
+        text += f" Chosen by less than one sd (the next seed may reverse it): {_names(narrow)}."
     return [Heading("Tuning", 3), Paragraph(text),
             Table(("method", *(f"{setting} {v:g}" for v in tune["values"]), "chosen", "margin", "grid"), rows)]

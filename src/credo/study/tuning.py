@@ -31,7 +31,7 @@ class Choice:
     means: dict[float, float]
     """Per value tried, the mean area over `seeds`."""
     seeds: list[int]
-    """The tuning seeds every value of the method finished."""
+    """The tuning seeds of the method's cells (the means are over all of them)."""
     chosen: float
     runner_up: float | None
     """The value with the second largest mean (None with one value finished)."""
@@ -42,7 +42,7 @@ class Choice:
     where: str
     """"bracketed", or "extend lower" / "extend higher" where the choice is at the grid's edge."""
     missing: list[float]
-    """Values of the grid with no run finished at `seeds` (the choice is among the others)."""
+    """Values of the grid not yet finished at every one of `seeds` (the choice is among the others)."""
 
     def as_json(self) -> dict:
         return {"method": self.method, "chosen": self.chosen, "runner_up": self.runner_up, "margin": self.margin,
