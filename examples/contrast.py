@@ -6,8 +6,7 @@
 A cell is a method in one difficulty of the study (the first difficulty unless `--difficulty` names one). From
 `report.json`'s per-seed values (`credo.study.seeds.RegimeValues`) it prints `A - B` on the metric (default: the
 report's headline) over the seeds both ran, as the report computes its contrasts (`credo.study.analysis.
-differences`): the area at equal rollout tokens, the area at equal optimiser steps (each seed's pair over the steps
-both runs evaluated) and the final, each with its raw 95% t-interval, the two-sided paired t-test's p and the seeds.
+differences`): the area at equal rollout tokens, the area at equal optimiser updates and the final, each with its raw 95% t-interval, the two-sided paired t-test's p and the seeds.
 A metric evaluated only at the end has a final and no areas. The p is that of one contrast: it is not corrected for
 the other comparisons one makes (a family of them wants Holm's correction, `credo.study.stats.holm`, as the report
 applies within a regime).
@@ -30,12 +29,12 @@ from pathlib import Path
 
 import yaml
 
-from credo.study.analysis import Contrast, MethodRow, differences, written_contrast
+from credo.study.analysis import AXES, Contrast, MethodRow, differences, written_contrast
 from credo.study.grid import ReportConfig
 from credo.study.seeds import RegimeValues
 from credo.study.tables import bracketed, p_text
 
-MEASURES = {"tokens": "area at equal rollout tokens", "steps": "area at equal optimiser steps", "final": "final"}
+MEASURES = {**{axis: f"area at {name}" for axis, name in AXES.items()}, "final": "final"}
 
 
 def written_contrasts(saved: dict, report: ReportConfig, a: str, b: str, metric: str) -> dict[str, Contrast]:
@@ -72,11 +71,13 @@ def contrast_table(folder: Path, a: str, b: str, metric: str | None = None, diff
         recovered = ""
     else:
         found = written_contrasts(saved, report, a, b, metric)
-        recovered = " (p recovered from the written interval; areas at equal steps interpolated)"
+        recovered = " (p recovered from the written interval; areas at equal steps over rollout batches)"
     lines = [f"{study['name']} · {difficulty}: `{a}` - `{b}`, {metric}; one contrast, its p not corrected for others"
              + recovered, "", "| measure | difference (raw 95% interval) | paired t p | seeds |", "|---|---|---|---|"]
     for key, label in MEASURES.items():
         c = found.get(key)
+        if c is None and key == "steps":  # only a report written before updates were counted has it
+            continue
         if c is None:
             lines.append(f"| {label} | not measured | – | – |")
         else:

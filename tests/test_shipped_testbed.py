@@ -88,3 +88,31 @@ def test_a_rebuild_from_scratch_lands_in_the_shipped_models_accuracy_band(tmp_pa
     shipped, fresh = greedy_accuracy(SHIPPED / DEFAULT.digest()), greedy_accuracy(rebuilt)
     assert 0.40 <= shipped <= 0.55, shipped
     assert abs(fresh - shipped) <= 0.08, (fresh, shipped)
+
+
+def test_processes_that_need_the_same_model_at_once_build_it_once(tmp_path, monkeypatch):
+    """A study's parallel runs start together on a model nobody has built: the first holds the lock and trains, the
+    second waits and finds it built (before the lock, both trained it, each for the whole SFT)."""
+    import multiprocessing
+
+    monkeypatch.setenv("CREDO_CACHE", str(tmp_path))
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(2) as pool:
+        logs = pool.map(_build_tiny_logged, [str(tmp_path)] * 2)
+    assert sorted(sum(line.startswith("building the testbed model") for line in log) for log in logs) == [0, 1]
+    assert len({tuple(p.name for p in sorted((tmp_path / "testbed").iterdir()))}) == 1
+
+
+def _build_tiny_logged(cache: str) -> list[str]:
+    import os
+
+    import yaml
+
+    from credo.testbed import TestbedConfig
+    from tiny import TINY_TESTBED
+
+    os.environ["CREDO_CACHE"] = cache
+    lines: list[str] = []
+    config = TestbedConfig(**{**yaml.safe_load(TINY_TESTBED), "steps": 40})
+    build_testbed(config, shipped=False, log=lines.append)
+    return lines

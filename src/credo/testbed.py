@@ -17,9 +17,11 @@ machine starts from the same weights (an SFT on another CPU lands on other weigh
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import hashlib
 import json
+import os
 import random
 import shutil
 import string
@@ -31,7 +33,7 @@ from typing import Literal
 import torch
 from pydantic import Field, model_validator
 
-from credo.io import atomic_directory, cache_root
+from credo.io import atomic_directory, cache_root, open_own_file
 from credo.rollout.localise import TESTBED_PROMPT, TESTBED_STEP_FORMAT, localisation_prompt
 from credo.rollout.revise import (
     TESTBED_REVISE_PROMPT,
@@ -412,11 +414,24 @@ def build_testbed(
 ) -> Path:
     """The testbed model's directory: the cached one; else the shipped one, verified and copied into the cache
     (`shipped=True`); else trained by SFT. `force` ignores the cache (and with `shipped=False`, the shipped
-    model: a build from scratch)."""
+    model: a build from scratch). Processes that need the same model at once (a study's parallel runs) build it
+    once: each waits for the `flock` on `<digest>.lock` beside the cached model, and a waiter finds it built."""
     config = config or TestbedConfig()
     target = testbed_dir(config)
     if (target / "config.json").exists() and not force:
         return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd = open_own_file(target.parent / f"{config.digest()}.lock", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # released when the process ends, killed or not
+        if (target / "config.json").exists() and not force:
+            return target
+        return _build_testbed_locked(config, target, shipped, log)
+    finally:
+        os.close(fd)
+
+
+def _build_testbed_locked(config: TestbedConfig, target: Path, shipped: bool, log: Callable[[str], None]) -> Path:
     source = shipped_testbed(config) if shipped else None
     if source is not None:
         with atomic_directory(target) as tmp:

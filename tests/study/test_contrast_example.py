@@ -23,7 +23,7 @@ def written(tmp_path):
 
 def test_two_cells_neither_of_them_the_baseline(tmp_path, capsys):
     """marginal - null per seed: (0.45 - 0.2, 0.5 - 0.3, 0.6 - 0.4) = (0.25, 0.2, 0.2); flat curves, so the areas at
-    equal tokens and at equal steps and the finals are all these. Paired t by hand, df 2: P(|T| > t) = 1 - t /
+    equal tokens and at equal optimiser updates and the finals are all these. Paired t by hand, df 2: P(|T| > t) = 1 - t /
     sqrt(2 + t^2)."""
     contrast = load_example("contrast")
     folder = written(tmp_path)
@@ -38,7 +38,7 @@ def test_two_cells_neither_of_them_the_baseline(tmp_path, capsys):
     assert out[0] == "noisy · default: `marginal` - `null`, greedy_pass@1; one contrast, its p not corrected for others"
     row = f"{mean:+.3f} [{mean - half:+.3f}, {mean + half:+.3f}] | {p:.3f} | 3 |"
     assert out[4] == f"| area at equal rollout tokens | {row}"
-    assert out[5] == f"| area at equal optimiser steps | {row}"
+    assert out[5] == f"| area at equal optimiser updates | {row}"
     assert out[6] == f"| final | {row}"
     reverse = contrast.contrast_table(folder, "null", "marginal").splitlines()
     assert reverse[4] == f"| area at equal rollout tokens | {-mean:+.3f} [{-mean - half:+.3f}, {-mean + half:+.3f}] | {p:.3f} | 3 |"
@@ -51,7 +51,7 @@ def test_a_metric_measured_only_at_the_end_has_a_final_and_no_area(tmp_path):
     data = json.loads(path.read_text())
     for by_seed in data["default"]["per_seed"].values():
         for values in by_seed.values():
-            del values["area_tokens"]["pass@1"], values["steps"]["pass@1"]
+            del values["area_tokens"]["pass@1"], values["area_updates"]["pass@1"]
     path.write_text(json.dumps(data))
     lines = contrast.contrast_table(folder, "marginal", "null", metric="pass@1").splitlines()
     assert lines[4] == "| area at equal rollout tokens | not measured | – | – |"

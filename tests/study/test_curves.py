@@ -1,19 +1,10 @@
-"""The geometry of learning curves: areas (interpolated and on measured points), token checkpoints, crossings."""
+"""The geometry of learning curves: areas at exact budgets, lateness after token checkpoints, crossings."""
 
 from __future__ import annotations
 
 import pytest
 
-from credo.study.curves import (
-    Curve,
-    area,
-    checkpoint_curve,
-    common_x,
-    first_crossing,
-    mean_curve,
-    measured_area,
-    measured_difference,
-)
+from credo.study.curves import Curve, area, first_crossing, lateness, mean_curve
 
 
 def test_curve_is_linear_between_points_and_flat_outside():
@@ -44,36 +35,22 @@ def test_first_crossing_interpolates_and_reports_never():
     assert first_crossing(curve, 0.71) is None
 
 
-def test_the_measured_area_uses_measured_points_only():
-    curve = Curve((0, 10, 15, 20, 30), (0.2, 0.4, 0.9, 0.6, 0.7))
-    # over (0, 10, 20, 30), skipping the point at 15: (0.3 + 0.5 + 0.65) / 3 trapezoids of width 10
-    assert measured_area(curve, (0, 10, 20, 30)) == pytest.approx(1.45 / 3)
-    assert area(curve, 30) != pytest.approx(1.45 / 3)  # the interpolated area reads the point at 15
-    assert measured_area(curve, (10, 20)) == pytest.approx(0.5)
-    with pytest.raises(ValueError, match="not measured at \\[25\\]"):
-        measured_area(curve, (0, 25))
-    with pytest.raises(ValueError, match="two increasing"):
-        measured_area(curve, (10,))
+def test_a_late_evaluation_earns_no_area_at_an_exact_budget():
+    """Two runs on the same rising line y = x / 4000, one evaluated on each checkpoint of 1000 tokens, one 40% of a
+    spacing late: at the exact budget 4000 both areas are the line's, 0.5. Taking each checkpoint's first evaluation
+    at or after it as its value (the estimator this replaced) gives the late run 0.5875: +0.0875 for being late."""
+    on_time = Curve((0, 1000, 2000, 3000, 4000), (0.0, 0.25, 0.5, 0.75, 1.0))
+    late = Curve((0, 1400, 2400, 3400, 4400), (0.0, 0.35, 0.6, 0.85, 1.1))
+    assert area(on_time, 4000) == pytest.approx(0.5) and area(late, 4000) == pytest.approx(0.5)
+    served = [late.y[next(i for i, x in enumerate(late.x) if x >= c)] for c in (0, 1000, 2000, 3000, 4000)]
+    assert sum((a + b) / 2 for a, b in zip(served, served[1:])) / 4 == pytest.approx(0.5875)
 
 
-def test_curves_on_different_step_grids_compare_on_the_steps_both_measured():
-    every_5 = Curve((0, 5, 10, 15, 20, 25, 30), (0.2, 0.9, 0.3, 0.9, 0.4, 0.9, 0.5))
-    every_12 = Curve((0, 12, 24, 30), (0.2, 0.3, 0.4, 0.6))
-    assert common_x([every_5, every_12]) == (0, 30) and common_x([every_5, every_12], up_to=20) == (0,)
-    # over (0, 30): (0.2 + 0.5) / 2 - (0.2 + 0.6) / 2; the spikes at 5, 15, 25 are no measured common point
-    assert measured_difference(every_5, every_12) == pytest.approx(-0.05)
-    assert measured_difference(every_5, Curve((0, 12), (0.2, 0.3))) is None  # one common step: no area
-
-
-def test_token_checkpoints_are_served_by_the_first_evaluation_at_or_after_them():
-    records = [(0, 0, 0.2), (1000, 1040, 0.4), (3000, 3050, 0.8), (4000, 4000, 0.9)]
-    curve, overshoot = checkpoint_curve(records, 1000)
-    assert curve.x == (0, 1000, 2000, 3000, 4000) and curve.y == (0.2, 0.4, 0.8, 0.8, 0.9)
-    assert overshoot == 1050  # checkpoint 2000, served at 3050 tokens
-    with pytest.raises(ValueError, match="not the next multiple"):
-        checkpoint_curve([(0, 0, 0.2), (1500, 1500, 0.3)], 1000)
-    with pytest.raises(ValueError, match="not the next multiple"):
-        checkpoint_curve([(0, 0, 0.2), (1000, 1000, 0.3), (1000, 1200, 0.3)], 1000)
+def test_lateness_is_the_wait_for_the_next_evaluation_as_a_share_of_the_spacing():
+    assert lateness((0, 1040, 3050, 4000), 1000, 4000) == pytest.approx((0.0, 0.04, 1.05, 0.05, 0.0))
+    assert lateness((0, 1000, 2000), 1000, 1500) == (0.0, 0.0)  # checkpoints up to the budget only
+    with pytest.raises(ValueError, match="before the budget"):
+        lateness((0, 1000), 1000, 2000)
 
 
 def test_mean_curve_interpolates_seeds_onto_a_common_grid():

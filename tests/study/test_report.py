@@ -227,8 +227,9 @@ def test_a_written_report_is_drawn_again_from_its_json_alone(study_dir, tmp_path
     better = saved["per_seed"]["better"]
     assert sorted(better) == ["0", "1"] and better["1"]["area_tokens"]["greedy_pass@1"] == pytest.approx(0.565)
     assert better["0"]["final"]["pass@4"] == pytest.approx(1.0) and better["0"]["tokens_to_baseline_final"] == 1050
-    assert better["0"]["steps"]["greedy_pass@1"] == {"step": [0.0, 10.0, 20.0], "value": [0.2, 0.6, 0.8]}
-    assert saved["token_checkpoints"] is None  # these runs have none: areas interpolated between evaluations
+    # at equal optimiser updates (one a batch: steps 0, 10, 20): (0.4 * 10 + 0.7 * 10) / 20
+    assert better["0"]["area_updates"]["greedy_pass@1"] == pytest.approx(0.55) and saved["update_budget"] == 20
+    assert saved["token_checkpoints"] is None  # these runs have none
     again = tmp_path / "again"  # no runs beside it: only the report folder
     result = CliRunner().invoke(app, ["report", str(first), "--from-json", "--html", "--output", str(again)])
     assert result.exit_code == 0, result.output
@@ -295,8 +296,8 @@ def test_a_method_with_fewer_seeds_is_paired_on_them_and_not_called_unfinished(s
     assert "unfinished" not in numbers
 
 
-def test_areas_at_equal_steps_and_unstable_runs(study_dir):
-    """`worse` trains 20 steps like the others: its step areas equal its token areas' difference (-0.10); seed 1 of
+def test_areas_at_equal_updates_and_unstable_runs(study_dir):
+    """`worse` trains 20 steps like the others: its update areas equal its token areas' difference; seed 1 of
     `better` gets a gradient-norm spike (> 10x its median) and seed 0 of `worse` a curve that ends below its start."""
     def rewrite(path, change):
         records = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
@@ -318,8 +319,8 @@ def test_areas_at_equal_steps_and_unstable_runs(study_dir):
         rewrite(path, lambda records: [r.update(grad_norm=2.0) for r in records if "eval" not in r])
     write_report(study_dir)
     rows = {r["method"]: r for r in json.loads((study_dir / "report.json").read_text())["default"]["methods"]}
-    steps = rows["better"]["areas_vs_baseline"]["greedy_pass@1"]["steps"]
-    assert steps["mean"] == pytest.approx(rows["better"]["auc_vs_baseline"]["mean"])
+    updates = rows["better"]["areas_vs_baseline"]["greedy_pass@1"]["updates"]
+    assert updates["mean"] == pytest.approx(rows["better"]["auc_vs_baseline"]["mean"])
     assert (rows["better"]["unstable_runs"], rows["worse"]["unstable_runs"], rows["grpo"]["unstable_runs"]) == (1, 1, 0)
     assert "unstable runs" in (study_dir / "report.md").read_text()
 
@@ -417,19 +418,38 @@ def test_a_like_for_like_baseline_must_be_a_method(tmp_path):
 
 
 
-def test_a_method_on_another_step_grid_is_compared_on_the_steps_both_measured(study_dir):
-    """`better` evaluates at steps 0, 5, 20 (a spike at 5): at equal steps it is compared with `grpo` (0, 10, 20)
-    over steps 0 and 20 only, measured by both: (0.2 + 0.8) / 2 - (0.2 + 0.6) / 2 = 0.1."""
-    for seed, shift in SHIFT.items():
-        path = study_dir / "default" / "better" / f"seed{seed}"
-        records = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
-        evals = [r for r in records if "eval" in r]
-        evals[1]["step"], evals[1]["eval"]["greedy_pass@1"] = 5, 0.99
-        (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    write_report(study_dir)
-    rows = {r["method"]: r for r in json.loads((study_dir / "report.json").read_text())["default"]["methods"]}
-    steps = rows["better"]["areas_vs_baseline"]["greedy_pass@1"]["steps"]
-    assert steps["mean"] == pytest.approx(0.1) and steps["n"] == 2
+def test_a_cell_with_four_mini_batches_is_compared_at_equal_optimiser_updates(study_dir):
+    """`better` takes 4 optimiser updates a batch (`optim.minibatches: 4`): its evaluations at batches 0, 10, 20 are
+    at updates 0, 40, 80, and the areas at equal updates end at the regime's shortest run, 20 updates. Seed 0: better
+    reads 0.4 at 20 updates (between 0.2 at 0 and 0.6 at 40): (0.2 + 0.4) / 2 = 0.3 against grpo's 0.4; seed 1:
+    (0.2 + 0.41) / 2 = 0.305 against 0.415. The areas at equal tokens are unchanged (+0.15)."""
+    for seed in SHIFT:
+        config = study_dir / "default" / "better" / f"seed{seed}" / "config.yaml"
+        config.write_text(yaml.safe_dump({"optim": {"minibatches": 4, "epochs": 1}}))
+    text = write_report(study_dir).read_text()
+    saved = json.loads((study_dir / "report.json").read_text())["default"]
+    rows = {r["method"]: r for r in saved["methods"]}
+    updates = rows["better"]["areas_vs_baseline"]["greedy_pass@1"]["updates"]
+    assert updates["mean"] == pytest.approx(-0.105) and updates["n"] == 2 and saved["update_budget"] == 20
+    assert rows["better"]["auc_vs_baseline"]["mean"] == pytest.approx(0.15)
+    assert "Δ greedy_pass@1 area, equal optimiser updates" in text and "over the first 20 updates" in text
+
+
+def test_a_report_written_before_updates_were_counted_draws_no_equal_update_contrast(study_dir, tmp_path):
+    """Its per-seed `steps` counted rollout batches: they are not read as updates, and the report says so."""
+    first = tmp_path / "first"
+    write_report(study_dir, first)
+    data = json.loads((first / "report.json").read_text())
+    saved = data["default"]
+    del saved["update_budget"]
+    for by_seed in saved["per_seed"].values():
+        for values in by_seed.values():
+            del values["area_updates"]
+            values["steps"] = {"greedy_pass@1": {"step": [0.0, 10.0, 20.0], "value": [0.2, 0.6, 0.8]}}
+    (first / "report.json").write_text(json.dumps(data))
+    text = write_report(first, from_json=True).read_text()
+    assert "equal optimiser updates" not in text.split("### ")[1]
+    assert "written before areas at equal optimiser updates" in text
 
 
 def checkpoint_study(root: Path) -> Path:
@@ -466,30 +486,35 @@ def checkpoint_study(root: Path) -> Path:
     return root
 
 
-def test_areas_at_token_checkpoints_use_the_values_measured_there(tmp_path):
-    """Trapezoids over the checkpoints 0, 1000, 2000, 3000 (seed 0): grpo (0.3 + 0.5 + 0.65) / 3, skipping its
-    evaluation at 1500 tokens (0.9, on no checkpoint); better (0.35 + 0.65 + 0.8) / 3. Its evaluation at 3050
-    tokens serves checkpoint 2000: an overshoot of 1050 tokens, 105% of the spacing. At equal steps the two share
-    steps 0 and 20: (0.2 + 0.8) / 2 - (0.2 + 0.6) / 2."""
+def test_areas_at_token_checkpoints_read_each_curve_between_its_own_neighbours(tmp_path):
+    """The areas end at the last checkpoint every run reached (3000) and read each curve between its own evaluations
+    (seed 0): grpo (1040 x 0.3 + 460 x 0.65 + 600 x 0.75 + 900 x 0.65) / 3000, its evaluation at 1500 tokens
+    included; better (1200 x 0.35 + 1800 x (0.5 + 0.7919) / 2) / 3000, with 0.7919 read at 3000 between 0.5 at 1200
+    and 0.8 at 3050, not the 0.8 it measured 50 tokens later. Lateness: grpo 0, 0.04, 0.1, 0; better 0, 0.2, 1.05
+    (checkpoint 2000 waits for 3050), 0.05: mean 0.18, largest 1.05. At equal optimiser updates (20, better's last)
+    grpo (10 x 0.3 + 5 x 0.65 + 5 x 0.75) / 20 = 0.5, better (8 x 0.35 + 12 x 0.65) / 20 = 0.53."""
     root = checkpoint_study(tmp_path / "study")
     text = write_report(root).read_text()
     saved = json.loads((root / "report.json").read_text())["default"]
-    assert saved["token_checkpoints"] == {"every": 1000, "budget": 3000, "largest_overshoot": 1.05}
+    grid = saved["token_checkpoints"]
+    assert (grid["every"], grid["budget"], grid["largest_lateness"]) == (1000, 3000, pytest.approx(1.05))
+    assert grid["mean_lateness"] == pytest.approx(0.18)
     assert saved["auc_tokens"] == 3000
-    assert saved["per_seed"]["grpo"]["0"]["area_tokens"]["greedy_pass@1"] == pytest.approx(1.45 / 3)
-    assert saved["per_seed"]["better"]["0"]["area_tokens"]["greedy_pass@1"] == pytest.approx(1.8 / 3)
+    at_3000 = 0.5 + 0.3 * 1800 / 1850
+    assert saved["per_seed"]["grpo"]["0"]["area_tokens"]["greedy_pass@1"] == pytest.approx(1646 / 3000)
+    assert saved["per_seed"]["better"]["0"]["area_tokens"]["greedy_pass@1"] == pytest.approx(
+        (420 + 1800 * (0.5 + at_3000) / 2) / 3000)
+    assert saved["per_seed"]["better"]["0"]["area_updates"]["greedy_pass@1"] == pytest.approx(0.53)
     better = {r["method"]: r for r in saved["methods"]}["better"]
-    assert better["auc_vs_baseline"]["mean"] == pytest.approx(0.35 / 3)
-    assert better["areas_vs_baseline"]["greedy_pass@1"]["steps"]["mean"] == pytest.approx(0.1)
+    assert better["areas_vs_baseline"]["greedy_pass@1"]["updates"]["mean"] == pytest.approx(0.0305)
     assert "area ≤3k tok (token checkpoints)" in text
-    assert "token checkpoints 0, 1k, ..., 3k every run measured" in text and "105.0% of the spacing" in text
-    assert "interpolated between evaluations (the runs carry no token checkpoints" not in text
+    assert "on average 18.0% of the spacing after it, at most 105.0%" in text
 
 
 def test_without_token_checkpoints_the_areas_say_they_are_interpolated(study_dir):
     text = write_report(study_dir).read_text()
     assert "area ≤2k tok (interpolated between evaluations)" in text
-    assert "Areas at equal rollout tokens are interpolated between evaluations" in text
+    assert "each curve read as linear between its own neighbouring evaluations" in text
 
 
 def noisy_study(root: Path, **report) -> Path:
@@ -624,7 +649,7 @@ def test_a_report_written_without_per_seed_values_is_corrected_from_its_interval
         del saved[key]
     for row in saved["methods"]:  # the old row: the headline's steps area apart, no per-metric areas, no p
         areas = row.pop("areas_vs_baseline")
-        row["steps_auc_vs_baseline"] = areas.get("greedy_pass@1", {}).get("steps")
+        row["steps_auc_vs_baseline"] = areas.get("greedy_pass@1", {}).get("updates")
         for key in ("auc_vs_baseline", "auc_vs_like_for_like"):
             if row[key]:
                 e = row[key]
@@ -638,7 +663,7 @@ def test_a_report_written_without_per_seed_values_is_corrected_from_its_interval
     assert rows["marginal"]["share_of_oracle_gain"]["low"] is None
     assert "### What this report could not recompute" in text and "p-values recovered exactly" in text
     assert "interval needs per-seed values (runs not committed)" in text
-    assert "Δ greedy_pass@1 area, equal steps (interpolated, over the steps both trained)" in text
+    assert "Δ greedy_pass@1 area, equal steps (rollout batches)" in text
     again = write_report(tmp_path / "written", from_json=True).read_text()
     assert again == text  # drawn again from what it wrote: the same
 

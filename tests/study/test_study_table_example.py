@@ -28,7 +28,7 @@ def test_a_row_per_method_with_the_reports_numbers(tmp_path):
     assert better[4] == "+0.150 [+0.150, +0.150]"  # the area's paired difference to grpo
     assert better[5] == "beats (<0.001)"  # an exact difference on both seeds: p 0
     assert better[6] == "+0.250 [+0.250, +0.250] vs `worse`" and better[7] == "beats (<0.001)"
-    assert better[8] == "+0.150 [+0.150, +0.150]"  # at equal steps: the same evaluation steps
+    assert better[8] == "+0.150 [+0.150, +0.150]"  # at equal steps (this written report's rollout batches)
     assert better[9] == "0.50 [0.50 to 0.50]"  # 0.15 of the oracle's 0.30 on both seeds (Fieller)
     assert better[10] == "+0.100 [+0.100, +0.100]"  # final pass@1 = y / 2: 0.4 - 0.3
     assert better[12] == "0.80 |"  # blame precision, the last column without a runs folder

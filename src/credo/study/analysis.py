@@ -3,7 +3,7 @@
 From the per-seed values of a regime (`credo.study.seeds.RegimeValues`), `analyse` gives each method's row:
 final scores and the headline area with 95% t-intervals over seeds; the paired differences to the baseline of
 every compared metric (greedy and sampled pass@1, the largest pass@k: areas at equal rollout tokens and at
-equal optimiser steps where the metric has curves, finals always); the share of the oracle's gain with
+equal optimiser updates where the metric has curves, finals always); the share of the oracle's gain with
 Fieller's interval (`credo.study.stats.share_of_gain`); tokens to the baseline's final score; blame
 precision, instability and cost.
 
@@ -30,7 +30,6 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from credo.study.curves import measured_difference
 from credo.study.grid import ReportConfig
 from credo.study.seeds import RegimeValues, SeedValues, TokenGrid, compared_metrics
 from credo.study.stats import (
@@ -53,8 +52,10 @@ ALPHA = 0.05
 POWER = 0.8
 """The power of the stated minimum detectable effect."""
 
-AXES = ("tokens", "steps")
-"""The axes of the areas: equal rollout tokens, equal optimiser steps."""
+AXES = {"tokens": "equal rollout tokens", "updates": "equal optimiser updates",
+        "steps": "equal steps (rollout batches)"}
+"""The axes of the areas and their names: equal rollout tokens, equal optimiser updates, and equal steps as a report
+written before the updates were counted has them (rollout batches, whatever the mini-batches)."""
 
 
 @dataclass(frozen=True)
@@ -144,13 +145,12 @@ def paired(ours: dict[int, SeedValues], theirs: dict[int, SeedValues],
 
 def differences(ours: dict[int, SeedValues], theirs: dict[int, SeedValues], metric: str) -> dict[str, Contrast]:
     """Two cells' paired differences on `metric`, where measured: `tokens` (the area at equal rollout tokens),
-    `steps` (the area at equal optimiser steps, each seed's pair over the steps both runs evaluated:
-    `curves.measured_difference`) and `final`."""
+    `updates` (the area at equal optimiser updates) and `final`."""
     found = {
         "tokens": paired(ours, theirs, lambda a, b: a.area[metric] - b.area[metric]
                          if metric in a.area and metric in b.area else None),
-        "steps": paired(ours, theirs, lambda a, b: measured_difference(a.steps[metric], b.steps[metric])
-                        if metric in a.steps and metric in b.steps else None),
+        "updates": paired(ours, theirs, lambda a, b: a.area_updates[metric] - b.area_updates[metric]
+                          if metric in a.area_updates and metric in b.area_updates else None),
         "final": paired(ours, theirs, lambda a, b: a.final[metric] - b.final[metric]
                         if metric in a.final and metric in b.final else None),
     }
@@ -173,7 +173,8 @@ class MethodRow:
     auc_vs_like: Contrast | None
     """Paired difference of the headline area to the like-for-like baseline's."""
     areas_vs_baseline: dict[str, dict[str, Estimate]]
-    """Per metric with areas, the paired differences of its areas to the baseline's: `{"tokens": .., "steps": ..}`."""
+    """Per metric with areas, the paired differences of its areas to the baseline's: `{"tokens": .., "updates": ..}`
+    (`"steps"` in a report written before the updates were counted)."""
     final_vs_baseline: dict[str, Estimate]
     """Paired differences of the final metrics to the baseline's."""
     unstable: int
@@ -277,10 +278,12 @@ class DifficultyResult:
     curve_metrics: list[str]
     """Those with areas (curves in every run; of a report without per-seed values, the headline alone)."""
     token_grid: TokenGrid | None
-    """The token checkpoints of the areas; None: interpolated between evaluations."""
+    """The token checkpoints of the areas; None: the runs had none."""
     family: Family
     per_seed: bool
     """Whether the numbers come from per-seed values (False: recovered from a report written without them)."""
+    update_budget: float | None = None
+    """The optimiser-update budget of the areas at equal updates (None: not computed, an older report)."""
 
 
 def analyse(values: RegimeValues, report: ReportConfig, difficulty: str) -> DifficultyResult:
@@ -329,7 +332,7 @@ def analyse(values: RegimeValues, report: ReportConfig, difficulty: str) -> Diff
     rows, family = corrected(rows, report)
     return DifficultyResult(difficulty, values.metric, values.budget, values.target, rows,
                             compared_metrics(values.metric, reported), values.curve_metrics, values.token_grid,
-                            family, per_seed=True)
+                            family, per_seed=True, update_budget=values.update_budget)
 
 
 def recovered_result(saved: dict, report: ReportConfig, difficulty: str) -> DifficultyResult:
@@ -409,12 +412,12 @@ def corrected(rows: list[MethodRow], report: ReportConfig) -> tuple[list[MethodR
 
 
 def measures(row: MethodRow, result: DifficultyResult) -> list[tuple[str, Estimate]]:
-    """Every paired difference of a row to the baseline, named: per compared metric its areas (equal tokens, equal
-    steps) and its final."""
+    """Every paired difference of a row to the baseline, named: per compared metric its areas (`AXES`) and its
+    final."""
     out = []
     for metric in result.metrics:
         for axis, e in row.areas_vs_baseline.get(metric, {}).items():
-            out.append((f"the {metric} area at equal {'rollout tokens' if axis == 'tokens' else 'steps'}", e))
+            out.append((f"the {metric} area at {AXES[axis]}", e))
         if metric in row.final_vs_baseline:
             out.append((f"final {metric}", row.final_vs_baseline[metric]))
     return out

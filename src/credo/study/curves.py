@@ -1,17 +1,15 @@
 """The geometry of learning curves: areas, measured points, crossings, the mean over seeds.
 
-A learning curve is a run's held-out metric at each evaluation against a cost axis (optimiser steps, rollout
+A learning curve is a run's held-out metric at each evaluation against a cost axis (optimiser updates, rollout
 tokens or wall time). Everything here is a pure function of numbers; `credo.study.seeds` applies it to runs.
 
 - `area`: the mean of the curve over `[x_0, budget]` (area under the curve divided by the span), the curve read
   as piecewise linear between evaluations (interpolated between them, and at the budget), so an area is on the
   metric's own scale (0-1) and runs of different lengths compare at an equal budget.
-- `measured_area`: the same trapezoid mean over a grid of x values at which the curve was measured, from the
-  measured values alone (nothing interpolated); `common_x` gives the x values every curve of a comparison
-  measured (the steps both runs evaluated, or the token checkpoints every run reached), `measured_difference` the
-  difference of two curves' areas over the x both measured (an equal-step comparison).
-- `checkpoint_curve`: a run's values at its nominal token checkpoints (`train.eval_every_tokens`): each served by
-  the first evaluation at or after it, with the largest overshoot (tokens spent past the checkpoint).
+  Each point between evaluations is read from the curve's own measured neighbours (never from another curve, never
+  beyond its last evaluation), so an area at an exact budget (equal rollout tokens, equal optimiser updates) is
+  not biased by where each run happened to evaluate (exactly so where the curve is straight between them).
+- `lateness`: how far after each nominal token checkpoint (`train.eval_every_tokens`) a run's next evaluation came.
 - `first_crossing`: the cost at which the curve first reaches a target (linear between evaluations).
 - `mean_curve`: the seeds' mean curve with its 95% interval on a common grid (for the figures).
 """
@@ -63,68 +61,20 @@ def area(curve: Curve, budget: float) -> float:
     return total / (budget - start)
 
 
-def measured_area(curve: Curve, grid: Sequence[float]) -> float:
-    """The trapezoid mean of the curve over `grid` (at least two increasing x values, each one the curve measured):
-    `sum_i (x_{i+1} - x_i) (y_i + y_{i+1}) / 2 / (x_last - x_first)` with `y_i` the measured value at `x_i`.
+def lateness(x: Sequence[float], every: int, budget: float) -> tuple[float, ...]:
+    """How late a run's evaluations came after its nominal token checkpoints `0, every, 2 every, ..., budget`: for
+    each checkpoint, the tokens from it to the first evaluation at or after it (`x`: the run's evaluations' rollout
+    tokens), as a share of `every`. An equal-token area reads each curve between its own neighbours at the
+    checkpoint (`area`), so lateness is no bias of the area; it says how far the nearest later measurement was
+    (a lateness of 1 or more: the run evaluated nothing between this checkpoint and the next).
 
-    >>> measured_area(Curve((0, 5, 10, 20), (0.0, 0.9, 0.5, 1.0)), (0, 10, 20))  # the point at 5 is not on the grid
-    0.5
+    >>> lateness((0, 104, 310), 100, 300)  # 200 and 300 are both served by the evaluation at 310
+    (0.0, 0.04, 1.1, 0.1)
     """
-    measured = dict(zip(curve.x, curve.y))
-    if len(grid) < 2 or any(b <= a for a, b in zip(grid, grid[1:])):
-        raise ValueError(f"an area needs at least two increasing grid points, got {tuple(grid)}")
-    missing = [x for x in grid if x not in measured]
-    if missing:
-        raise ValueError(f"the curve was not measured at {missing}: a measured area interpolates nothing")
-    ys = [measured[x] for x in grid]
-    total = sum((x1 - x0) * (y0 + y1) / 2 for x0, x1, y0, y1 in zip(grid, grid[1:], ys, ys[1:]))
-    return total / (grid[-1] - grid[0])
-
-
-def common_x(curves: Sequence[Curve], up_to: float | None = None) -> tuple[float, ...]:
-    """The x values every curve measured (at most `up_to`), increasing.
-
-    >>> common_x([Curve((0, 5, 10, 15, 20), (0,) * 5), Curve((0, 12, 20, 24), (0,) * 4)])  # every 5 and every 12
-    (0, 20)
-    """
-    shared = set(curves[0].x).intersection(*(c.x for c in curves[1:]))
-    return tuple(sorted(x for x in shared if up_to is None or x <= up_to))
-
-
-def measured_difference(ours: Curve, theirs: Curve) -> float | None:
-    """The difference of two curves' `measured_area`s over the x values both measured (`common_x`); None where they
-    share fewer than two. Below, over (0, 10): 0.4 - 0.3; the first curve's point at 5 is not used.
-
-    >>> round(measured_difference(Curve((0, 5, 10), (0.2, 0.3, 0.6)), Curve((0, 10, 20), (0.2, 0.4, 0.9))), 3)
-    0.1
-    """
-    grid = common_x([ours, theirs])
-    return None if len(grid) < 2 else measured_area(ours, grid) - measured_area(theirs, grid)
-
-
-def checkpoint_curve(records: Sequence[tuple[int, float, float]], every: int) -> tuple[Curve, float]:
-    """A run's values at its nominal token checkpoints, and its largest overshoot.
-
-    `records` are the run's evaluations at token checkpoints in order, each `(token_checkpoint, rollout_tokens,
-    value)`: the evaluation at the first step boundary at or after `token_checkpoint` tokens. A step that passed
-    several checkpoints evaluated once, recording the largest; its value serves every multiple of `every` above
-    the previous record's checkpoint. Returns the curve of `(k * every, value)` over the checkpoints served and
-    the largest `rollout_tokens - k * every` among them.
-
-    >>> curve, overshoot = checkpoint_curve([(0, 0, 0.1), (100, 104, 0.3), (300, 310, 0.5)], 100)
-    >>> curve.x, curve.y, overshoot  # the step that passed 200 and 300 serves both; 310 - 200 = 110
-    ((0, 100, 200, 300), (0.1, 0.3, 0.5, 0.5), 110)
-    """
-    xs, ys, overshoot, previous = [], [], 0, -1
-    for checkpoint, tokens, value in records:
-        if checkpoint % every or checkpoint <= previous:
-            raise ValueError(f"token checkpoint {checkpoint} is not the next multiple of {every} after {previous}")
-        for k in range(previous // every + 1, checkpoint // every + 1):
-            xs.append(k * every)
-            ys.append(value)
-            overshoot = max(overshoot, tokens - k * every)
-        previous = checkpoint
-    return Curve(tuple(xs), tuple(ys)), overshoot
+    if budget > x[-1]:
+        raise ValueError(f"the run's last evaluation ({x[-1]} tokens) is before the budget {budget}")
+    checkpoints = [k * every for k in range(int(budget // every) + 1)]
+    return tuple(round((next(t for t in x if t >= c) - c) / every, 12) for c in checkpoints)
 
 
 def first_crossing(curve: Curve, target: float) -> float | None:

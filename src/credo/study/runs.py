@@ -2,8 +2,8 @@
 
 `load_runs` reads a study directory written by `credo compare` (`<difficulty>/<method>/seed<k>/metrics.jsonl`,
 `summary.json` and `config.yaml`), streaming the logs line by line; a run without `summary.json` is not finished
-and is left out. A `Run` gives its curve of a metric against a cost axis (`credo.study.curves.Curve`), its
-token-checkpoint curve (`train.eval_every_tokens`) and whether it was unstable.
+and is left out. A `Run` gives its curve of a metric against a cost axis (`credo.study.curves.Curve`: rollout tokens, optimiser
+updates, rollout batches or wall time) and whether it was unstable.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 from credo.checkpoint import MetricsRecord
 from credo.config import read_yaml_mapping
 from credo.io import iter_jsonl
-from credo.study.curves import Curve, checkpoint_curve
+from credo.study.curves import Curve
 from credo.study.grid import STUDY_FILE, run_path
 
 EXPLODED = 10.0
@@ -39,6 +39,8 @@ class Run:
     """Each optimiser step's gradient norm before clipping (`grad_norm` of the step records that have one)."""
     eval_every_tokens: int | None = None
     """The run's `train.eval_every_tokens` (None: no token checkpoints)."""
+    updates_per_batch: int = 1
+    """Optimiser updates per rollout batch: the run's `optim.minibatches * optim.epochs`."""
 
     def unstable(self, metric: str) -> bool:
         """Whether the run collapsed (its last evaluation of `metric` below its first) or its gradient norm exploded
@@ -49,19 +51,13 @@ class Run:
         return curve.y[-1] < curve.y[0] or exploded
 
     def curve(self, metric: str, axis: str) -> Curve:
-        points = [(r[axis], r["eval"][metric]) for r in self.evals if metric in r["eval"]]
+        """`metric` at each evaluation against `axis`: `rollout_tokens`, `step` (rollout batches), `updates`
+        (optimiser updates: batches x `updates_per_batch`) or `wall_s`."""
+        points = [(r["step"] * self.updates_per_batch if axis == "updates" else r[axis], r["eval"][metric])
+                  for r in self.evals if metric in r["eval"]]
         if not points:
             raise ValueError(f"{self.path}: no evaluation holds the metric {metric!r}; it has {sorted(self.evals[0]['eval'])}")
         return Curve(tuple(float(x) for x, _ in points), tuple(float(y) for _, y in points))
-
-    def checkpoint_curve(self, metric: str) -> tuple[Curve, float] | None:
-        """`metric` at the run's nominal token checkpoints and their largest overshoot in tokens
-        (`credo.study.curves.checkpoint_curve`); None for a run without token checkpoints."""
-        records = [(r["token_checkpoint"], r["rollout_tokens"], r["eval"][metric]) for r in self.evals
-                   if r.get("token_checkpoint") is not None and metric in r["eval"]]
-        if self.eval_every_tokens is None or not records:
-            return None
-        return checkpoint_curve(records, self.eval_every_tokens)
 
     def has_curve(self, metric: str) -> bool:
         """Whether the run evaluated `metric` at least twice (not only at its end, `eval.final_samples`)."""
@@ -96,8 +92,10 @@ def read_run(path: Path, method: str, seed: int) -> Run:
         elif "grad_norm" in record:
             norms.append(float(record["grad_norm"]))
     config = path / "config.yaml"
-    every = read_yaml_mapping(config, "a run config").get("train", {}).get("eval_every_tokens") if config.exists() else None
-    return Run(method, seed, path, evals, json.loads((path / "summary.json").read_text()), tuple(norms), every)
+    resolved = read_yaml_mapping(config, "a run config") if config.exists() else {}
+    optim = resolved.get("optim", {})
+    return Run(method, seed, path, evals, json.loads((path / "summary.json").read_text()), tuple(norms),
+               resolved.get("train", {}).get("eval_every_tokens"), optim.get("minibatches", 1) * optim.get("epochs", 1))
 
 
 def seeds_of(study: dict, method: str) -> list[int]:

@@ -5,15 +5,14 @@ For one difficulty of a study (a regime), `regime_values` reduces each finished 
 - `final`: every eval metric at the run's last evaluation (`summary.json`'s `eval_end`);
 - `area`: for each compared metric with a curve (evaluated at least twice by every run of the regime; a metric
   sampled only at the final evaluation, `eval.final_samples`, has a final and no area), the area at equal
-  rollout tokens. When every run carries token checkpoints (`train.eval_every_tokens`), it is the trapezoid
-  mean over the nominal checkpoints `0, X, 2X, ..., budget` that every run reached, of the values measured there
-  (`curves.checkpoint_curve`, `curves.measured_area`: nothing interpolated; `TokenGrid` holds the largest
-  overshoot). Otherwise it is the curve's mean over `[0, budget]` read as linear between evaluations
-  (`curves.area`: interpolated), with budget `report.auc_tokens` or the smallest final rollout-token count of the
-  regime;
-- `steps`: for each metric with a curve, the measured points against optimiser steps. An area at equal steps
-  depends on the pair compared (it uses the steps both runs evaluated, `curves.common_x`), so the points are
-  kept rather than one area;
+  rollout tokens: the curve's mean over `[0, budget]`, each point read between the run's own neighbouring
+  evaluations (`curves.area`), with budget the smallest final rollout-token count of the regime (at most
+  `report.auc_tokens`), and where every run carries the same token checkpoints (`train.eval_every_tokens`) the last
+  checkpoint every run reached; `TokenGrid` then holds how late the runs' evaluations came after the checkpoints
+  (`curves.lateness`);
+- `area_updates`: for each metric with a curve, the area at equal optimiser updates (rollout batches x
+  `optim.minibatches * optim.epochs`, so a cell with 4 mini-batches spends 4 updates a batch): the curve against
+  updates, its mean over `[0, the smallest final update count of the regime]`, read the same way;
 - `tokens_to_target`: the rollout tokens until the headline curve first reaches the baseline's mean final score
   (linear between evaluations; None where it never does);
 - blame precision, rollout tokens, wall time and whether the run was unstable (`Run.unstable`).
@@ -24,11 +23,10 @@ For one difficulty of a study (a regime), `regime_values` reduces each finished 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from credo.study.curves import Curve, area, common_x, first_crossing, measured_area
+from credo.study.curves import area, first_crossing, lateness
 from credo.study.grid import ReportConfig
 from credo.study.runs import Run
 
@@ -52,7 +50,7 @@ class SeedValues:
 
     final: dict[str, float]
     area: dict[str, float]
-    steps: dict[str, Curve]
+    area_updates: dict[str, float]
     tokens_to_target: float | None
     blame_precision: float | None
     rollout_tokens: float
@@ -62,33 +60,43 @@ class SeedValues:
     """The run's mean update size per rollout batch (`optim/update_norm`; None for runs logged before it)."""
 
     def as_json(self) -> dict:
-        return {"final": self.final, "area_tokens": self.area,
-                "steps": {k: {"step": list(c.x), "value": list(c.y)} for k, c in self.steps.items()},
+        return {"final": self.final, "area_tokens": self.area, "area_updates": self.area_updates,
                 "tokens_to_baseline_final": self.tokens_to_target, "blame_precision": self.blame_precision,
                 "rollout_tokens": self.rollout_tokens, "wall_s": self.wall_s, "unstable": self.unstable,
                 "update_norm": self.update_norm}
 
     @classmethod
     def from_json(cls, data: dict) -> SeedValues:
-        return cls(data["final"], data["area_tokens"],
-                   {k: Curve(tuple(c["step"]), tuple(c["value"])) for k, c in data["steps"].items()},
+        """The values `as_json` wrote; a report written before areas at equal updates has none (its per-seed
+        `steps` counted rollout batches, not optimiser updates, and are not read)."""
+        return cls(data["final"], data["area_tokens"], data.get("area_updates", {}),
                    data["tokens_to_baseline_final"], data["blame_precision"], data["rollout_tokens"], data["wall_s"],
                    data["unstable"], data.get("update_norm"))
 
 
 @dataclass(frozen=True)
 class TokenGrid:
-    """The token checkpoints of a regime's equal-token areas: every run measured each of them."""
+    """The token checkpoints of a regime's equal-token areas and how late the runs evaluated after them."""
 
     every: int
     """The grid's spacing (the runs' `train.eval_every_tokens`)."""
     budget: int
     """The last checkpoint every run reached: the areas' budget."""
-    overshoot: float
-    """The largest overshoot of an evaluation past its nominal checkpoint, as a share of its run's spacing."""
+    largest_lateness: float
+    """The largest lateness of an evaluation after its checkpoint (`curves.lateness`), as a share of the spacing."""
+    mean_lateness: float | None
+    """The mean lateness over every run's checkpoints; None in a report written before the areas read each curve
+    between its neighbours (its areas took the first evaluation at or after each checkpoint as the value there)."""
 
     def as_json(self) -> dict:
-        return {"every": self.every, "budget": self.budget, "largest_overshoot": self.overshoot}
+        return {"every": self.every, "budget": self.budget, "largest_lateness": self.largest_lateness,
+                "mean_lateness": self.mean_lateness}
+
+    @classmethod
+    def from_json(cls, saved: dict) -> TokenGrid:
+        if "largest_lateness" in saved:
+            return cls(saved["every"], saved["budget"], saved["largest_lateness"], saved["mean_lateness"])
+        return cls(saved["every"], saved["budget"], saved["largest_overshoot"], None)
 
 
 @dataclass(frozen=True)
@@ -102,9 +110,11 @@ class RegimeValues:
     target: float
     """The baseline's mean final headline score (the tokens-to-target threshold)."""
     token_grid: TokenGrid | None
-    """The token checkpoints of the areas; None: areas interpolated between evaluations."""
+    """The token checkpoints of the areas; None: the runs had none."""
     cells: dict[str, dict[int, SeedValues]]
     """`{method: {seed: values}}` for the methods with finished runs, in the study's order."""
+    update_budget: float | None = None
+    """The optimiser-update budget of the areas at equal updates (None: a report written before them)."""
 
     @property
     def curve_metrics(self) -> list[str]:
@@ -113,7 +123,7 @@ class RegimeValues:
 
     def as_json(self) -> dict:
         return {"token_checkpoints": None if self.token_grid is None else self.token_grid.as_json(),
-                "per_seed": {m: {str(s): v.as_json() for s, v in by_seed.items()} for m, by_seed in self.cells.items()}}
+                "update_budget": self.update_budget, "per_seed": {m: {str(s): v.as_json() for s, v in by_seed.items()} for m, by_seed in self.cells.items()}}
 
     @classmethod
     def from_json(cls, saved: dict) -> RegimeValues:
@@ -121,22 +131,23 @@ class RegimeValues:
         `baseline_final`)."""
         grid = saved["token_checkpoints"]
         return cls(saved["metric"], saved["auc_tokens"], saved["baseline_final"],
-                   None if grid is None else TokenGrid(grid["every"], grid["budget"], grid["largest_overshoot"]),
+                   None if grid is None else TokenGrid.from_json(grid),
                    {m: {int(s): SeedValues.from_json(v) for s, v in by_seed.items()}
-                    for m, by_seed in saved["per_seed"].items()})
+                    for m, by_seed in saved["per_seed"].items()}, saved.get("update_budget"))
 
 
-def token_grid(runs: list[Run], metric: str, up_to: float | None) -> tuple[TokenGrid, tuple[int, ...]] | None:
-    """The checkpoints every run measured (at most `up_to`) and the largest overshoot; None unless every run carries
-    token checkpoints and they share at least two."""
-    curves = [r.checkpoint_curve(metric) for r in runs]
-    if any(c is None for c in curves):
+def token_grid(runs: list[Run], metric: str, up_to: float) -> TokenGrid | None:
+    """The token checkpoints up to `up_to` (the regime's smallest final rollout-token count, or the report's
+    `auc_tokens`) and the runs' lateness after them; None unless every run carries the same token checkpoints and at
+    least one lies past 0."""
+    spacings = {r.eval_every_tokens for r in runs}
+    every = spacings.pop() if len(spacings) == 1 else None
+    if every is None or up_to < every:
         return None
-    grid = common_x([c for c, _ in curves], up_to)
-    if len(grid) < 2:
-        return None
-    overshoot = max(o / r.eval_every_tokens for r, (_, o) in zip(runs, curves))
-    return TokenGrid(math.gcd(*grid), grid[-1], overshoot), grid
+    budget = int(up_to // every) * every
+    late = [lateness(r.curve(metric, "rollout_tokens").x, every, budget) for r in runs]
+    flat = [x for run in late for x in run]
+    return TokenGrid(every, budget, max(flat), sum(flat) / len(flat))
 
 
 def regime_values(runs: dict[str, list[Run]], report: ReportConfig, difficulty: str) -> RegimeValues:
@@ -148,27 +159,18 @@ def regime_values(runs: dict[str, list[Run]], report: ReportConfig, difficulty: 
     metric = report.metric
     reported = set.intersection(*(set(r.summary["eval_end"]) for r in every_run))
     curves = [metric] + [k for k in compared_metrics(metric, reported) if k != metric and all(r.has_curve(k) for r in every_run)]
-    checkpoints = token_grid(every_run, metric, report.auc_tokens)
-    if checkpoints is None:
-        budget = report.auc_tokens or min(r.curve(metric, "rollout_tokens").x[-1] for r in every_run)
-
-        def token_area(run: Run, key: str) -> float:
-            return area(run.curve(key, "rollout_tokens"), budget)
-    else:
-        grid = checkpoints[1]
-        budget = grid[-1]
-
-        def token_area(run: Run, key: str) -> float:
-            return measured_area(run.checkpoint_curve(key)[0], grid)
-
+    shortest = min(r.curve(metric, "rollout_tokens").x[-1] for r in every_run)
+    grid = token_grid(every_run, metric, min(shortest, report.auc_tokens or shortest))
+    budget = grid.budget if grid is not None else min(shortest, report.auc_tokens or shortest)
+    update_budget = min(r.curve(metric, "updates").x[-1] for r in every_run)
     target = sum(r.summary["eval_end"][metric] for r in finished[report.baseline]) / len(finished[report.baseline])
     cells = {method: {r.seed: SeedValues(
         final={k: v for k, v in r.summary["eval_end"].items() if k != "by_difficulty"},
-        area={k: token_area(r, k) for k in curves},
-        steps={k: r.curve(k, "step") for k in curves},
+        area={k: area(r.curve(k, "rollout_tokens"), budget) for k in curves},
+        area_updates={k: area(r.curve(k, "updates"), update_budget) for k in curves},
         tokens_to_target=first_crossing(r.curve(metric, "rollout_tokens"), target),
         blame_precision=r.summary.get("blame_precision"),
         rollout_tokens=r.summary["rollout_tokens"], wall_s=r.summary["wall_s"], unstable=r.unstable(metric),
         update_norm=r.summary.get("update_norm"),
     ) for r in method_runs} for method, method_runs in finished.items()}
-    return RegimeValues(metric, budget, target, None if checkpoints is None else checkpoints[0], cells)
+    return RegimeValues(metric, budget, target, grid, cells, update_budget)

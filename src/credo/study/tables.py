@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from credo.study.analysis import (
     ALPHA,
+    AXES,
     POWER,
     Contrast,
     DifficultyResult,
@@ -149,10 +150,9 @@ def metrics_table(result: DifficultyResult, report: ReportConfig) -> Table | Non
     """Every compared metric's paired differences to the baseline (raw 95% intervals): its areas at equal rollout
     tokens and at equal steps where it has curves, its final; columns without a number are left out. None when
     nothing but the headline's area at equal tokens (the verdict table's) was measured."""
-    steps = "equal steps" + ("" if result.per_seed else " (interpolated, over the steps both trained)")
     columns = [("method", lambda r: f"`{r.method}`")]
     for metric in result.metrics:
-        for axis, label in (("tokens", "equal tokens"), ("steps", steps)):
+        for axis, label in AXES.items():
             columns.append((f"Δ {metric} area, {label}", lambda r, m=metric, a=axis:
                             bracketed(r.areas_vs_baseline[m][a]) if a in r.areas_vs_baseline.get(m, {}) else "–"))
         columns.append((f"Δ final {metric}", lambda r, m=metric:
@@ -216,20 +216,30 @@ def regime_notes(result: DifficultyResult, report: ReportConfig) -> list[Paragra
         notes.append(f"Exploratory, outside the family (added after results were seen; verdicts at the raw p): "
                      f"{_names(exploratory)}.")
     grid = result.token_grid
-    if grid is not None:
+    if grid is not None and grid.mean_lateness is None:
         areas = [f"Areas at equal rollout tokens are trapezoid means over the token checkpoints 0, "
                  f"{tokens_text(grid.every)}, ..., {tokens_text(grid.budget)} every run measured "
-                 f"(`train.eval_every_tokens`), of the values measured there; the largest overshoot of an evaluation "
-                 f"past its checkpoint is {grid.overshoot:.1%} of the spacing."]
+                 f"(`train.eval_every_tokens`), each the value of the first evaluation at or after it (as this report "
+                 f"was written; the largest overshoot of an evaluation past its checkpoint is {grid.largest_lateness:.1%} "
+                 "of the spacing, which flatters a curve that was still rising)."]
     else:
-        areas = [f"Areas at equal rollout tokens are interpolated between evaluations (the runs carry no token "
-                 f"checkpoints, `train.eval_every_tokens`): each curve is read as linear between its evaluations up to "
-                 f"{tokens_text(result.budget)}."]
-    if result.per_seed:
-        areas.append("Areas at equal steps use the steps both runs of a pair evaluated.")
-    elif any("steps" in by_axis for r in result.rows for by_axis in r.areas_vs_baseline.values()):
-        areas.append("Areas at equal steps were computed, before the report kept per-seed values, over the steps both "
-                     "runs trained, each curve interpolated between its own evaluations.")
+        areas = [f"Areas at equal rollout tokens are the curves' means over [0, {tokens_text(result.budget)}] tokens, "
+                 "each curve read as linear between its own neighbouring evaluations at every point (never beyond its "
+                 "last)" + ("." if grid is None else
+                            f"; the runs evaluated at the first step after each token checkpoint (every "
+                            f"{tokens_text(grid.every)}, `train.eval_every_tokens`), on average {grid.mean_lateness:.1%} "
+                            f"of the spacing after it, at most {grid.largest_lateness:.1%}.")]
+    if result.update_budget is not None:
+        areas.append(f"Areas at equal optimiser updates are the curves' means over the first "
+                     f"{result.update_budget:.0f} updates (the regime's shortest run; rollout batches x mini-batches x "
+                     "epochs), read the same way.")
+    elif result.per_seed:
+        areas.append("This report was written before areas at equal optimiser updates: its per-seed steps counted "
+                     "rollout batches, so no equal-update contrast is drawn from them.")
+    if any("steps" in by_axis for r in result.rows for by_axis in r.areas_vs_baseline.values()):
+        areas.append("Areas at equal steps were computed, before the report kept per-seed values, over the rollout "
+                     "batches both runs trained (not optimiser updates), each curve interpolated between its own "
+                     "evaluations.")
     finals_only = [m for m in result.metrics if m not in result.curve_metrics]
     if finals_only and result.per_seed:
         areas.append(f"{_names(finals_only)} {'was' if len(finals_only) == 1 else 'were'} measured only at the final "
@@ -329,9 +339,11 @@ def glossary() -> list[Block]:
         "final: the held-out metric at the last evaluation (mean ± half-width of the 95% Student-t interval over seeds).",
         "area: the mean height of the learning curve against rollout tokens, from 0 to the budget in the header (the "
         "smallest final budget in the grid unless the study sets `report.auc_tokens`): equal cost for every method. "
-        "\"token checkpoints\": the trapezoid mean over the nominal checkpoints 0, X, 2X, ... every run measured "
-        "(`train.eval_every_tokens`), of the values measured there; \"interpolated between evaluations\": the curve "
-        "read as linear between the evaluations a run happened to make (runs without token checkpoints).",
+        "Each curve is read as linear between its own neighbouring evaluations at every point up to the budget. "
+        "\"token checkpoints\": the runs evaluated at the first step after each nominal checkpoint 0, X, 2X, ... "
+        "(`train.eval_every_tokens`), so every point's neighbours are close (the notes give how late they came); "
+        "\"interpolated between evaluations\": at the evaluations a run happened to make (runs without token "
+        "checkpoints).",
         "Δ area (raw 95%): the paired difference to the baseline's area, seed by seed, with its 95% t-interval in "
         "brackets, not corrected for the number of contrasts; vs like-for-like: to the baseline the study names for "
         "the method (`report.like_for_like`: the same optimiser steps per batch and learning rate).",
