@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
 import yaml
 
 import credo.testbed as testbed
-from credo.config import EvalConfig, ModelConfig, load_config
+from credo.config import EvalConfig, ModelConfig, deep_merge, load_config, read_config_file
 from credo.evaluate import eval_subset, evaluate_policy
 from credo.models import load_model, make_backend
 from credo.tasks import build_task
@@ -23,11 +25,15 @@ NO_CANCEL = TestbedConfig(**yaml.safe_load(open("configs/testbed/hard/regime_noc
 LONG = TestbedConfig(**load_config("configs/testbed/long/grpo.yaml").model.testbed)
 LONG_FIRST = LONG.model_copy(update={"model": LONG.model.model_copy(update={"num_layers": 3})})
 """The long-horizon regime's first shipped design (3 layers), which its first headroom pilot ran on."""
+HEADROOM = TestbedConfig(**functools.reduce(deep_merge, (read_config_file(Path(f"configs/testbed/headroom/{layer}.yaml"))
+                                                         for layer in ("regime", "k100", "n8", "p06")))["model"]["testbed"])
+"""The headroom study's regime, k100-n8-p06 (docs/results/headroom/plan.md, amendment 2)."""
 
 
-def test_the_default_hard_no_cancel_and_long_models_ship_with_every_file_hashed():
+def test_the_default_hard_no_cancel_long_and_headroom_models_ship_with_every_file_hashed():
     manifest = json.loads((SHIPPED / "manifest.json").read_text())
-    assert set(manifest) == {DEFAULT.digest(), HARD.digest(), NO_CANCEL.digest(), LONG.digest(), LONG_FIRST.digest()}
+    assert set(manifest) == {DEFAULT.digest(), HARD.digest(), NO_CANCEL.digest(), LONG.digest(), LONG_FIRST.digest(),
+                             HEADROOM.digest()}
     for digest, files in manifest.items():
         assert {p.name for p in (SHIPPED / digest).iterdir()} == set(files)
         assert "model.safetensors" in files and "tokenizer.json" in files
@@ -42,7 +48,7 @@ def test_the_shipped_names_stay_when_the_task_gains_options():
         assert changed.digest() != HARD.digest()
     sdpa = HARD.model_copy(update={"model": HARD.model.model_copy(update={"attn_implementation": "sdpa"})})
     assert sdpa.digest() != HARD.digest()
-    assert (LONG.digest(), LONG_FIRST.digest()) == ("f8e08f26144d", "e31d693ea585")
+    assert (LONG.digest(), LONG_FIRST.digest(), HEADROOM.digest()) == ("f8e08f26144d", "e31d693ea585", "acbe2fd04ad0")
 
 
 def test_a_first_use_copies_the_verified_shipped_model_into_the_cache(tmp_path, monkeypatch):

@@ -8,7 +8,8 @@ steps RL can fix. The result is a standard Hugging Face model directory (`from_p
 cached under `$CREDO_CACHE/testbed/<hash of the config>` and written atomically; building is
 deterministic for a given config and machine.
 
-Shipped models. The models of the default config and of the hard, no-cancel and long-horizon regimes ship with the
+Shipped models. The models of the default config, of the hard, no-cancel and long-horizon regimes and of the headroom
+study's regime (k100-n8-p06) ship with the
 package (`credo/testbed_models/<hash>/`, listed with each file's SHA-256 in `manifest.json`): `build_testbed`
 copies a shipped model into the cache after checking every file's hash, so a first run trains at once and every
 machine starts from the same weights (an SFT on another CPU lands on other weights: float kernels differ).
