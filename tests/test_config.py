@@ -126,7 +126,7 @@ def test_override_syntax_errors(tmp_path):
         ("rollout.foo=1", "rollout.foo", "backend, vllm, prompts_per_step, group_size, max_new_tokens, temperature, top_p"),
         ("foo=1", "foo", "method, credit, loss, model, task, rollout, optim, train, eval"),
         ("model.foo=1", "model.foo", "path, testbed, dtype, autocast_bf16, tf32, attn_implementation, lora"),
-        ("eval.sample=4", "eval.sample", "greedy, samples, final_samples, ks, temperature, max_problems"),
+        ("eval.sample=4", "eval.sample", "greedy, samples, final_samples, ks, temperature, top_p, final_temperatures"),
         ("train.stpes=4", "train.stpes", "steps, seed, device, eval_every"),
     ],
 )

@@ -133,7 +133,7 @@ class EchoBackend:
     def __init__(self, problems):
         self.prompts = [p.prompt for p in problems]
 
-    def generate(self, prompts, *, max_new_tokens, greedy=False, temperature=1.0, repeat=1):
+    def generate(self, prompts, *, max_new_tokens, greedy=False, temperature=1.0, top_p=1.0, repeat=1):
         return completions_of([text for text in self.prompts for _ in range(repeat)])
 
 
@@ -187,13 +187,15 @@ class LookupBackend:
         self.tokenizer = self  # it encodes prompts itself
         self.chat_template = None
         self.sampled = []
+        self.top_ps = []
 
     def __call__(self, messages, add_special_tokens=True):
         return {"input_ids": [[self.texts.index(m)] for m in messages]}
 
-    def generate(self, prompts, *, max_new_tokens, greedy=False, temperature=1.0, repeat=1):
+    def generate(self, prompts, *, max_new_tokens, greedy=False, temperature=1.0, top_p=1.0, repeat=1):
         if not greedy:
             self.sampled += [self.texts[ids[0]] for ids in prompts]
+            self.top_ps.append(top_p)
         return completions_of(["wrong" if greedy else self.texts[ids[0]] for ids in prompts for _ in range(repeat)])
 
 
@@ -208,9 +210,10 @@ def test_sample_problems_samples_the_first_of_each_bucket_and_averages_over_them
             return Verdict(reward=float(response.startswith("right")), correct=response.startswith("right"))
 
     backend = LookupBackend(problems)
-    config = EvalConfig(samples=2, ks=[1, 2], sample_problems=1)
+    config = EvalConfig(samples=2, ks=[1, 2], sample_problems=1, top_p=0.95)
     result = evaluate_policy(backend, Task(), problems, config, max_new_tokens=4, seed=0)
     assert backend.sampled == ["right", "wrong "]  # the first problem of bucket a and of bucket b
+    assert backend.top_ps == [0.95]  # the stated top-p reaches the sampler
     assert result["greedy_pass@1"] == 0.0  # greedy covers all five (every greedy answer wrong)
     assert result["pass@1"] == pytest.approx(0.5) and result["avg@2"] == pytest.approx(0.5)
     assert result["by_difficulty"]["a"]["pass@2"] == 1.0 and result["by_difficulty"]["b"]["pass@2"] == 0.0
@@ -226,7 +229,7 @@ class CutBackend:
     def __init__(self, problems):
         self.prompts = [p.prompt for p in problems]
 
-    def generate(self, prompts, *, max_new_tokens, greedy=False, temperature=1.0, repeat=1):
+    def generate(self, prompts, *, max_new_tokens, greedy=False, temperature=1.0, top_p=1.0, repeat=1):
         rows = [(prompt, k) for prompt in self.prompts[: len(prompts)] for k in range(repeat)]
         cut = [prompt.startswith("long") and (greedy or k % 2 == 0) for prompt, k in rows]
         lengths = [max_new_tokens if c else 3 for c in cut]

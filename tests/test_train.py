@@ -118,6 +118,25 @@ def test_the_last_evaluation_takes_the_final_samples(tmp_path):
     assert {"pass@1", "pass@3", "avg@3"} <= set(evals[-1]) and summary["eval_end"] == evals[-1]
 
 
+def test_the_last_evaluation_samples_more_problems_and_more_temperatures(tmp_path):
+    """`eval.final_sample_problems` widens the last evaluation's sampled set and `eval.final_temperatures` samples it
+    again at each temperature, keyed `@t<T>`; the evaluations along the curve keep one temperature."""
+    summary, run_dir = run(tmp_path, None, ["eval.samples=2", "eval.sample_problems=1", "eval.final_samples=3",
+                                            "eval.final_sample_problems=2", "eval.ks=[1, 3]",
+                                            "eval.final_temperatures=[0.5]", "eval.top_p=0.9"])
+    evals = [r["eval"] for r in records_of(run_dir) if "eval" in r]
+    assert not any(k.endswith("@t0.5") for e in evals[:-1] for k in e)
+    assert {"pass@1@t0.5", "pass@3@t0.5", "avg@3@t0.5", "avg@3", "greedy_pass@1"} <= set(evals[-1])
+    assert "greedy_pass@1@t0.5" not in evals[-1]  # greedy is greedy at any temperature
+    bucket = next(iter(evals[-1]["by_difficulty"].values()))
+    assert {"pass@1@t0.5", "sampled_tokens@t0.5", "problems"} <= set(bucket)
+
+
+def test_final_sample_problems_above_the_evaluated_problems_is_a_clear_error():
+    with pytest.raises(ValueError, match="eval.final_sample_problems 300 is above eval.max_problems 200"):
+        load_config(None, ["eval.max_problems=200", "eval.final_sample_problems=300"])
+
+
 def test_a_budget_the_steps_do_not_reach_changes_nothing(tmp_path):
     _, plain_dir = run(tmp_path, None, [], name="plain")
     summary, budget_dir = run(tmp_path, None, ["train.rollout_tokens=100000"], name="budget")

@@ -247,6 +247,35 @@ class EvalConfig(Section):
     """k of the pass@k metrics (each at most `samples` or `final_samples`; unused without samples)."""
     temperature: float = Field(1.0, gt=0.0)
     """Sampling temperature of the evaluation's sampled responses (`samples`)."""
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    """Nucleus sampling (top-p) of the evaluation's sampled responses; 1: none.
+
+    State it with the temperature, as the papers do (e.g. temperature 0.6, top-p 0.95)."""
+    final_temperatures: list[float] = Field(default_factory=list)
+    """More sampling temperatures for the last evaluation.
+
+    At each, the same sampled metrics (`final_samples` per problem) keyed with the temperature, e.g. `pass@1@t0.6`,
+    `avg@16@t0.6`, `pass@16@t0.6`. A claim about sharpening (a method that only concentrates the policy gains at
+    temperature 1 and not at 0.6) needs more than one."""
+    final_sample_problems: int | None = Field(None, ge=1)
+    """Sampled problems per difficulty bucket at the last evaluation; None: `sample_problems`.
+
+    A final avg@k endpoint on a larger set (200 problems or more) than the curve's evaluations sample."""
+
+    @field_validator("final_temperatures")
+    @classmethod
+    def _positive_distinct(cls, temperatures: list[float]) -> list[float]:
+        if any(t <= 0 for t in temperatures) or len(set(temperatures)) < len(temperatures):
+            raise ValueError(f"eval.final_temperatures must be distinct and above 0, got {temperatures}")
+        return temperatures
+
+    @model_validator(mode="after")
+    def _final_problems(self) -> EvalConfig:
+        if None not in (self.final_sample_problems, self.max_problems) and self.final_sample_problems > self.max_problems:
+            raise ValueError(f"eval.final_sample_problems {self.final_sample_problems} is above eval.max_problems "
+                             f"{self.max_problems}: the evaluation holds only the first {self.max_problems} problems "
+                             "of each difficulty; raise max_problems")
+        return self
     max_problems: int | None = Field(None, ge=1)
     """Use only the first problems of each difficulty bucket (None: all)."""
     sample_problems: int | None = Field(None, ge=1)

@@ -77,9 +77,9 @@ def _mean(rows: list[dict[str, float]]) -> dict:
 
 def evaluate_policy(backend, task, problems, config, *, max_new_tokens: int, seed: int,
                     reward_errors: str = "raise") -> dict:
-    """Greedy pass@1 and pass@k / avg@n from `config.samples` samples per problem (of the first
-    `config.sample_problems` of each difficulty, where set), overall and per difficulty, and per difficulty the
-    responses' lengths and truncated shares (`summarise`).
+    """Greedy pass@1 and pass@k / avg@n from `config.samples` samples per problem at `config.temperature` and
+    `config.top_p` (of the first `config.sample_problems` of each difficulty, where set), overall and per difficulty,
+    and per difficulty the responses' lengths and truncated shares (`summarise`).
 
     Responses come from the run's generation backend (`credo.rollout.generate.TransformersBackend` or vLLM).
     Sampling runs under its own seed (the training RNG stream is left untouched), so evaluations of
@@ -104,7 +104,7 @@ def evaluate_policy(backend, task, problems, config, *, max_new_tokens: int, see
             n = config.samples
             chosen = first_per_bucket(problems, config.sample_problems)
             out = backend.generate([prompts[i] for i in chosen], max_new_tokens=max_new_tokens,
-                                   temperature=config.temperature, repeat=n)
+                                   temperature=config.temperature, top_p=config.top_p, repeat=n)
             rows = [problems[i] for i in chosen for _ in range(n)]
             flat = [v.correct for v in verify_all(task, rows, out.texts, reward_errors, out.id_lists())[0]]
             samples = [None] * len(problems)
@@ -113,6 +113,20 @@ def evaluate_policy(backend, task, problems, config, *, max_new_tokens: int, see
                 samples[i] = flat[j * n : (j + 1) * n]
                 responses[i] = responses[i] | stats[j]
     return summarise([p.difficulty for p in problems], greedy, samples, config.ks, responses)
+
+
+def at_temperature(result: dict, temperature: float) -> dict:
+    """An evaluation's sampled metrics keyed with their temperature (`eval.final_temperatures`), overall and per
+    difficulty: `pass@1` -> `pass@1@t0.6`; a difficulty's problem count stays.
+
+    >>> at_temperature({"pass@1": 0.5, "by_difficulty": {"steps=8": {"pass@1": 0.5, "problems": 2}}}, 0.6)
+    {'pass@1@t0.6': 0.5, 'by_difficulty': {'steps=8': {'pass@1@t0.6': 0.5, 'problems': 2}}}
+    """
+    def suffixed(metrics: dict) -> dict:
+        return {k if k == "problems" else f"{k}@t{temperature:g}": v for k, v in metrics.items()}
+
+    return suffixed({k: v for k, v in result.items() if k != "by_difficulty"}) | {
+        "by_difficulty": {d: suffixed(m) for d, m in result["by_difficulty"].items()}}
 
 
 def eval_subset(problems, max_problems: int | None):

@@ -22,10 +22,10 @@ import torch
 
 from credo.batch import RolloutBatch
 from credo.checkpoint import RunDirectory, TrainState, holding_run_lock, save_checkpoint
-from credo.config import RunConfig, check_resume
+from credo.config import EvalConfig, RunConfig, check_resume
 from credo.credit.groups import failed_rows
 from credo.diagnostics import blame_precision
-from credo.evaluate import eval_subset, evaluate_policy
+from credo.evaluate import at_temperature, eval_subset, evaluate_policy
 from credo.io import atomic_directory, write_json_atomic
 from credo.models import export_model
 from credo.policy import policy_logprobs
@@ -447,7 +447,8 @@ def report_eval(trainer: Trainer, problems, state: TrainState, trackers: Tracker
 def record_eval(trainer: Trainer, problems, state: TrainState, *, final: bool = False,
                 token_checkpoint: int | None = None) -> dict:
     """Evaluate the policy on the held-out `problems` and append the result to metrics.jsonl; the run's last
-    evaluation (`final`) samples `eval.final_samples` responses per problem where set.
+    evaluation (`final`) samples `eval.final_samples` responses per problem of `eval.final_sample_problems` where
+    set, and again at each of `eval.final_temperatures` (metrics keyed `@t<temperature>`, `evaluate.at_temperature`).
 
     The record holds `step`, `rollout_tokens`, `wall_s` and `eval` (the metrics), and `token_checkpoint` (an
     int) where the evaluation serves token checkpoints of `train.eval_every_tokens`: the largest the step
@@ -457,12 +458,23 @@ def record_eval(trainer: Trainer, problems, state: TrainState, *, final: bool = 
     if trainer.sampling_keys is not None:
         trainer.sampling_keys.begin(EVAL, state.step)
     follow_rewards(trainer, state.step)
-    samples = config.eval.final_samples if final and config.eval.final_samples is not None else config.eval.samples
-    result = evaluate_policy(
-        trainer.backend, trainer.task, problems, config.eval.model_copy(update={"samples": samples}),
-        max_new_tokens=config.rollout.max_new_tokens, seed=config.train.seed + 1_000_003 * (state.step + 1),
-        reward_errors=config.rollout.reward_errors,
-    )
+    setting = config.eval
+    if final:
+        setting = setting.model_copy(update={
+            "samples": setting.final_samples or setting.samples,
+            "sample_problems": setting.final_sample_problems or setting.sample_problems})
+    seed = config.train.seed + 1_000_003 * (state.step + 1)
+
+    def evaluate(at: EvalConfig) -> dict:
+        return evaluate_policy(trainer.backend, trainer.task, problems, at, max_new_tokens=config.rollout.max_new_tokens,
+                               seed=seed, reward_errors=config.rollout.reward_errors)
+
+    result = evaluate(setting)
+    for temperature in setting.final_temperatures if final and setting.samples else ():
+        more = evaluate(setting.model_copy(update={"greedy": False, "temperature": temperature}))
+        result = result | {k: v for k, v in at_temperature(more, temperature).items() if k != "by_difficulty"}
+        for difficulty, metrics in at_temperature(more, temperature)["by_difficulty"].items():
+            result["by_difficulty"][difficulty] |= metrics
     record = {"step": state.step, "rollout_tokens": state.rollout_tokens, "wall_s": state.wall_s, "eval": result}
     if token_checkpoint is not None:
         record["token_checkpoint"] = token_checkpoint

@@ -762,15 +762,35 @@ def test_secondary_endpoints_join_the_primary_endpoints_holm_family(tmp_path):
     secondary = rows["strong"]["secondary_vs_baseline"]["pass@1"]
     assert secondary["mean"] == pytest.approx(0.155) and secondary["verdict"] == "beats"
     assert rows["grpo"]["secondary_vs_baseline"] == {}
-    assert "### Secondary endpoints" in text and "| pass@1 verdict (Holm p) |" in text
+    assert "### Secondary endpoints" in text and "| pass@1 area verdict (Holm p) |" in text
     assert "Holm's correction over this regime's 6 contrasts" in text
     assert "on the pass@1 area (a secondary endpoint) it beats it" in text
 
 
-def test_a_secondary_endpoint_needs_a_curve_and_may_not_repeat_the_primary(tmp_path):
+def test_a_final_value_is_an_endpoint_in_the_same_family(tmp_path):
+    """`final:pass@4` (the final pass@4, 1.5x the greedy height, capped at 1: strong 0.9, 0.915, 0.93 against 0.45)
+    is a contrast of final values in the one family: 6 contrasts."""
+    root = noisy_study(tmp_path / "study", metric="greedy_pass@1", secondary=["final:pass@4"])
+    text = write_report(root).read_text()
+    saved = json.loads((root / "report.json").read_text())["default"]
+    rows = {r["method"]: r for r in saved["methods"]}
+    assert saved["family"]["contrasts"] == 6
+    final = rows["strong"]["secondary_vs_baseline"]["final:pass@4"]
+    assert final["mean"] == pytest.approx(0.465) and final["verdict"] == "beats"
+    assert final["p_holm"] >= final["p"] > 0
+    assert "| Δ final pass@4 vs grpo (raw 95%) |" in text and "on the final pass@4 (a secondary endpoint)" in text
+
+
+def test_a_secondary_endpoint_needs_its_measure_and_may_not_repeat_the_primary(tmp_path):
     root = noisy_study(tmp_path / "study", metric="greedy_pass@1", secondary=["pass@16"])
-    with pytest.raises(ValueError, match=r"report.secondary \['pass@16'\] has no curve"):
+    with pytest.raises(ValueError, match=r"report.secondary \['pass@16'\]: not measured in every run"):
         write_report(root)
+    root = noisy_study(tmp_path / "finals", metric="greedy_pass@1", secondary=["final:avg@16"])
+    with pytest.raises(ValueError, match=r"report.secondary \['final:avg@16'\]: not measured"):
+        write_report(root)
+    from credo.study.grid import ReportConfig
+    with pytest.raises(ValueError, match="an endpoint is a metric"):
+        ReportConfig(secondary=["last:pass@1"])
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump({"name": "s", "seeds": [0], "methods": {"grpo": "configs/testbed/grpo.yaml"},
                                     "report": {"metric": "pass@1", "secondary": ["pass@1"], "oracle": None}}))

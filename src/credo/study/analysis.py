@@ -9,7 +9,8 @@ precision, instability and cost.
 
 Verdicts. The family of a regime is every contrast that gets a verdict: each method's paired difference of the
 headline area (the primary endpoint) to the baseline's, and to its like-for-like baseline's where the study names one
-(`ReportConfig.like_for_like`), and of each secondary endpoint's area to the baseline's (`ReportConfig.secondary`):
+(`ReportConfig.like_for_like`), and of each secondary endpoint (an area, or a final value) to the baseline's
+(`ReportConfig.secondary`):
 one family over every metric that yields a verdict, so adding a metric makes every verdict harder, never easier.
 Each has the two-sided p of the paired t-test over seeds (`stats.paired_p`); Holm's (1979) step-down adjustment over the family's m p-values (`stats.holm`) decides the
 verdict at family-wise level `ALPHA`: "beats" / "falls behind" where the adjusted p is below it (by the sign of
@@ -30,7 +31,7 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from credo.study.grid import ReportConfig
+from credo.study.grid import ReportConfig, endpoint
 from credo.study.seeds import RegimeValues, SeedValues, TokenGrid, compared_metrics
 from credo.study.stats import (
     Estimate,
@@ -188,8 +189,9 @@ class MethodRow:
     update_norm: Estimate | None = None
     """The mean update size per rollout batch (`optim/update_norm`), to read a contrast at matched step size."""
     secondary_vs_baseline: dict[str, Contrast] = field(default_factory=dict)
-    """Per secondary endpoint (`ReportConfig.secondary`), the paired difference of its area at equal rollout tokens to
-    the baseline's: contrasts of the same Holm family as `auc_vs_baseline`."""
+    """Per secondary endpoint (`ReportConfig.secondary`), the paired difference of its area at equal rollout tokens
+    (or, for `final:<metric>`, of its final value) to the baseline's: contrasts of the same Holm family as
+    `auc_vs_baseline`."""
 
     def as_json(self) -> dict:
         def est(e: Estimate | None):
@@ -294,10 +296,12 @@ def analyse(values: RegimeValues, report: ReportConfig, difficulty: str) -> Diff
     finals = [v.final for by_seed in cells.values() for v in by_seed.values()]
     reported = [k for k in finals[0] if all(k in f for f in finals)]
     keys = list(dict.fromkeys(values.curve_metrics + reported))
-    lacking = [m for m in report.secondary if m not in values.curve_metrics]
+    lacking = [e for e in report.secondary if endpoint(e)[0] not in
+               (values.curve_metrics if endpoint(e)[1] == "tokens" else reported)]
     if lacking:
-        raise ValueError(f"{difficulty}: report.secondary {lacking} has no curve in every run (an area needs "
-                         f"evaluations along the curve); metrics with curves: {', '.join(values.curve_metrics)}")
+        raise ValueError(f"{difficulty}: report.secondary {lacking}: not measured in every run (an area needs a curve, "
+                         f"a final endpoint the metric at the last evaluation); metrics with curves: "
+                         f"{', '.join(values.curve_metrics)}; at the last evaluation: {', '.join(reported)}")
     rows = []
     for method, ours in cells.items():
         compared = method != report.baseline
@@ -327,7 +331,8 @@ def analyse(values: RegimeValues, report: ReportConfig, difficulty: str) -> Diff
             rollout_tokens=mean_interval([v.rollout_tokens for v in ours.values()]),
             wall_s=mean_interval([v.wall_s for v in ours.values()]),
             update_norm=mean_interval(updates) if len(updates) == len(ours) else None,
-            secondary_vs_baseline={m: vs[m]["tokens"] for m in report.secondary if "tokens" in vs.get(m, {})},
+            secondary_vs_baseline={e: vs[m][measure] for e in report.secondary
+                                   for m, measure in [endpoint(e)] if measure in vs.get(m, {})},
         ))
     rows, family = corrected(rows, report)
     return DifficultyResult(difficulty, values.metric, values.budget, values.target, rows,

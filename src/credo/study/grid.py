@@ -27,6 +27,7 @@ mixes two studies.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -81,9 +82,20 @@ class ReportConfig(Section):
     """The primary endpoint: the held-out metric of the tables (an eval key: greedy_pass@1, pass@1, pass@4, ...),
     whose area at equal rollout tokens gets each method's verdict against the baseline."""
     secondary: list[str] = Field(default_factory=list)
-    """Secondary endpoints: metrics whose area at equal rollout tokens also gets a verdict against the baseline, in
-    the same Holm family as the primary endpoint's (one family over every metric that yields a verdict, never one
-    family per metric); each needs a curve in every run."""
+    """Secondary endpoints, each also getting a verdict against the baseline in the same Holm family as the primary
+    endpoint's (one family over every metric that yields a verdict, never one family per metric): a metric's name
+    for its area at equal rollout tokens (it needs a curve in every run, e.g. `greedy_pass@1`), or `final:<metric>`
+    for its value at the last evaluation (e.g. `final:avg@16`, with `eval.final_samples: 16` on
+    `eval.final_sample_problems` problems; `final:avg@16@t0.6` at a temperature of `eval.final_temperatures`)."""
+    @field_validator("secondary")
+    @classmethod
+    def _endpoints(cls, secondary: list[str]) -> list[str]:
+        bad = [e for e in secondary if not re.fullmatch(r"(final:)?[a-z_]+@\d+(@t[0-9.]+)?", e)]
+        if bad:
+            raise ValueError(f"report.secondary {bad}: an endpoint is a metric (its area, e.g. pass@1) or "
+                             "final:<metric> (its final value, e.g. final:avg@16)")
+        return secondary
+
     like_for_like: dict[str, str] = Field(default_factory=dict)
     """Per method, a second baseline run alike but for the credit (the same optimiser steps per batch, the same
     learning rate), e.g. `{s_trace: grpo_4mb}`: the table and findings add the paired difference to it."""
@@ -129,6 +141,22 @@ class Tune(Section):
         if len(set(values)) != len(values):
             raise ValueError(f"a tuning grid's values must be distinct, got {values}")
         return sorted(values)
+
+
+def endpoint(name: str) -> tuple[str, str]:
+    """An endpoint's metric and measure (`ReportConfig.secondary`): `"tokens"` (its area at equal rollout tokens)
+    or `"final"` (its value at the last evaluation).
+
+    >>> endpoint("pass@1"), endpoint("final:avg@16@t0.6")
+    (('pass@1', 'tokens'), ('avg@16@t0.6', 'final'))
+    """
+    return (name.removeprefix("final:"), "final") if name.startswith("final:") else (name, "tokens")
+
+
+def endpoint_label(name: str) -> str:
+    """`"pass@1 area"` or `"final avg@16"`."""
+    metric, measure = endpoint(name)
+    return f"final {metric}" if measure == "final" else f"{metric} area"
 
 
 def tune_label(method: str, key: str, value: float) -> str:

@@ -29,7 +29,7 @@ from credo.config import ConfigError, read_yaml_mapping
 from credo.io import path_inside, write_text_atomic
 from credo.study.document import Block, Bullets, Code, Heading, Image, Paragraph, to_html, to_markdown
 from credo.study.figures import family_curves, plot_curves, plot_differences
-from credo.study.grid import STUDY_FILE, ReportConfig, dump_study
+from credo.study.grid import STUDY_FILE, ReportConfig, dump_study, endpoint_label
 from credo.study.heatmap import write_heatmap
 from credo.study.results import report_json, results_from_json, results_from_runs
 from credo.study.runs import seeds_of
@@ -107,7 +107,8 @@ def write_report(directory: str | Path, output: str | Path | None = None, *, htm
             blocks += [Heading("Every metric", 3), Paragraph(
                 f"Paired differences to `{report.baseline}` of every compared metric, with raw 95% intervals; the "
                 f"verdicts above are the headline's ({result.metric} area at equal rollout tokens)"
-                + (f" and the secondary endpoints' ({', '.join(report.secondary)} areas)" if report.secondary else "")
+                + (f" and the secondary endpoints' ({', '.join(map(endpoint_label, report.secondary))})"
+                   if report.secondary else "")
                 + "."), every_metric]
         if saved.tuning:
             blocks += tuning_blocks(saved.tuning, study, result.metric)

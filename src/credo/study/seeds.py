@@ -23,6 +23,7 @@ For one difficulty of a study (a regime), `regime_values` reduces each finished 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -35,11 +36,11 @@ def compared_metrics(headline: str, reported: Iterable[str]) -> list[str]:
     """The metrics a report compares, those among `reported`: the headline, greedy and sampled pass@1, and the
     largest pass@k with k > 1.
 
-    >>> compared_metrics("greedy_pass@1", ["greedy_pass@1", "pass@1", "pass@4", "pass@16", "avg@16"])
+    >>> compared_metrics("greedy_pass@1", ["greedy_pass@1", "pass@1", "pass@4", "pass@16", "avg@16", "pass@32@t0.6"])
     ['greedy_pass@1', 'pass@1', 'pass@16']
     """
     keys = set(reported)
-    larger = [k for k in keys if k.startswith("pass@") and k != "pass@1"]
+    larger = [k for k in keys if re.fullmatch(r"pass@\d+", k) and k != "pass@1"]  # not pass@k@t0.6
     largest = max(larger, key=lambda k: int(k.split("@")[1])) if larger else None
     return [k for k in dict.fromkeys((headline, "greedy_pass@1", "pass@1", largest)) if k in keys]
 

@@ -22,7 +22,7 @@ from credo.study.analysis import (
     measures,
 )
 from credo.study.document import Block, Bullets, Heading, Paragraph, Table
-from credo.study.grid import ReportConfig
+from credo.study.grid import ReportConfig, endpoint_label
 from credo.study.runs import EXPLODED
 from credo.study.stats import Estimate, smallest_exact_p
 from credo.study.tuning import Choice
@@ -168,15 +168,15 @@ def metrics_table(result: DifficultyResult, report: ReportConfig) -> Table | Non
 
 
 def secondary_table(result: DifficultyResult, report: ReportConfig) -> Table | None:
-    """The secondary endpoints' contrasts (`ReportConfig.secondary`): per method and metric the paired difference of
-    the area at equal rollout tokens with its raw 95% interval and its verdict in the regime's one Holm family; None
-    without secondary endpoints."""
+    """The secondary endpoints' contrasts (`ReportConfig.secondary`): per method and endpoint the paired difference of
+    its area at equal rollout tokens (or its final value) with its raw 95% interval and its verdict in the regime's
+    one Holm family; None without secondary endpoints."""
     rows = [r for r in result.rows if r.secondary_vs_baseline]
     if not report.secondary or not rows:
         return None
     header = ["method"]
-    for metric in report.secondary:
-        header += [f"Δ {metric} area vs {report.baseline} (raw 95%)", f"{metric} verdict (Holm p)"]
+    for name in report.secondary:
+        header += [f"Δ {endpoint_label(name)} vs {report.baseline} (raw 95%)", f"{endpoint_label(name)} verdict (Holm p)"]
     cells = []
     for r in rows:
         cells.append((f"`{r.method}`", *(text for m in report.secondary for text in (
@@ -190,7 +190,7 @@ def regime_notes(result: DifficultyResult, report: ReportConfig) -> list[Paragra
     family = result.family
     contrasts = (f"each method's paired difference of the {result.metric} area (the primary endpoint) to "
                  f"`{report.baseline}`'s"
-                 + (f", of the secondary endpoints' areas ({_names(report.secondary)})" if report.secondary else "")
+                 + (f", of the secondary endpoints ({_names(report.secondary)})" if report.secondary else "")
                  + (", and to its like-for-like baseline's" if report.like_for_like else ""))
     notes = [f"Verdicts: Holm's correction over this regime's {family.size} contrasts ({contrasts}) at family-wise "
              f"level {ALPHA:g}; the tables give each raw 95% interval beside the Holm-adjusted p." if family.size else
@@ -292,8 +292,8 @@ def disagreement_sentence(row: MethodRow, result: DifficultyResult, baseline: st
 
 def secondary_clause(row: MethodRow) -> str:
     """`"; on the pass@1 area (a secondary endpoint) it beats it (+0.1, ..., Holm p 0.01)"` per secondary endpoint."""
-    return "".join(f"; on the {metric} area (a secondary endpoint) it {verb(c)} it ({tested(c)})"
-                   for metric, c in row.secondary_vs_baseline.items())
+    return "".join(f"; on the {endpoint_label(name)} (a secondary endpoint) it {verb(c)} it ({tested(c)})"
+                   for name, c in row.secondary_vs_baseline.items())
 
 
 def findings(result: DifficultyResult, report: ReportConfig) -> list[str]:
