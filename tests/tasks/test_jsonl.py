@@ -43,6 +43,15 @@ def test_read_problems(tmp_path):
     ]
 
 
+def test_lines_end_at_newline_alone(tmp_path):
+    """A JSON string may hold U+2028, U+2029 and U+0085 raw (`ensure_ascii=False` writes them so); they are no line
+    breaks of JSON lines. Windows line ends are read too."""
+    path = tmp_path / "u.jsonl"
+    records = [{"prompt": "a\u2028b\u2029c\u0085d", "answer": "1"}, {"prompt": "e", "answer": "2"}]
+    path.write_text("\r\n".join(json.dumps(r, ensure_ascii=False) for r in records) + "\r\n", encoding="utf-8")
+    assert read_problems(path) == [Problem("a\u2028b\u2029c\u0085d", "1", "all"), Problem("e", "2", "all")]
+
+
 def test_malformed_json_names_file_and_line(tmp_path):
     path = write_jsonl(tmp_path / "bad.jsonl", [{"prompt": "a", "answer": "1"}, "", '{"prompt": "b", '])
     with pytest.raises(ValueError, match=rf"^{re.escape(path)}:3: not valid JSON"):

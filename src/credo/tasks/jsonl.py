@@ -60,12 +60,14 @@ class JsonlConfig(RewardOptions):
 
 
 def read_problems(path: str | Path) -> list[Problem]:
-    """Parse a JSONL file; errors name the file and line."""
+    """Parse a JSONL file (records separated by "\n"; "\r\n" too); errors name the file and line."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"JSONL task file {path} does not exist")
     problems = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
+    # JSON lines end at "\n" alone: `str.splitlines` would also split at U+2028, U+0085 and other breaks that JSON
+    # strings may hold raw, and refuse a valid line.
+    for number, line in enumerate(path.read_text().split("\n"), start=1):
         if not line.strip():
             continue
         try:
