@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import textwrap
+import threading
 import time
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -325,6 +326,26 @@ def test_a_reply_without_the_right_label_is_rejected():
         assert worker.receive(7, 0, 1) == (FAILED, "got a message meant for another call", False)
     peer.send_bytes(json.dumps([7, 0, "ok", 1.0, True]).encode())
     assert worker.receive(7, 0, 1)[0].value == 1.0
+    worker.conn.close()
+    peer.close()
+
+
+def test_a_forged_failure_reply_reaches_the_log_as_one_clipped_escaped_line():
+    """A child that writes its own failure reply (900 kB, a clipboard-write escape sequence, a fake log line) is
+    logged as one line of at most `MAX_DETAIL_CHARS` characters with its control characters escaped; so is an error
+    it raises."""
+    ours, theirs = socket.socketpair()
+    worker = sandbox._Worker.__new__(sandbox._Worker)
+    worker.conn, peer = Connection(ours.detach()), Connection(theirs.detach())
+    payload = "\x1b]52;c;ZWNobyBwd25lZA==\x07\n2026-12-02 INFO credo: all answers verified\r" + "A" * 900_000
+    for kind in ("blocked", "died", "limit", "raised"):
+        sender = threading.Thread(target=peer.send_bytes, args=(json.dumps([7, 0, kind, payload, True]).encode(),))
+        sender.start()  # 900 kB fill the socket's buffer: the write ends as the reply is read
+        outcome, why, _ = worker.receive(7, 0, 5)
+        sender.join()
+        text = why or outcome.error
+        assert len(text) <= sandbox.MAX_DETAIL_CHARS + 60 and "\n" not in text and "\r" not in text
+        assert "\x1b" not in text and "\\x1b]52" in text and "\\n2026-12-02 INFO" in text
     worker.conn.close()
     peer.close()
 

@@ -69,6 +69,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from credo.io import printable
 from credo.tasks.sandbox_worker import MAX_REPLY_BYTES
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,9 @@ GRACE_S = 5.0
 
 MAX_MESSAGE_BYTES = MAX_REPLY_BYTES + 4096
 """The longest message a worker sends: a call's reply and its label."""
+
+MAX_DETAIL_CHARS = 500
+"""The most characters of a worker's own words (an error, why it failed) that reach a log or a message."""
 
 ISOLATION_ENV = "CREDO_SANDBOX_ISOLATION"
 """Set to "none" to run scorers without the operating-system boundary (at the user's risk); else "bwrap"."""
@@ -355,7 +359,7 @@ class _Worker:
     def _last_output_line(self) -> str:
         self.output.seek(0)
         lines = self.output.read()[-4096:].decode(errors="replace").strip().splitlines()
-        return f": {lines[-1]}" if lines else ""
+        return f": {printable(lines[-1], MAX_DETAIL_CHARS)}" if lines else ""
 
     def submit(self, request_id: int, function: str, calls: list[tuple], timeout_s: float) -> None:
         self.conn.send_bytes(pickle.dumps((request_id, function, calls, timeout_s)))
@@ -396,11 +400,14 @@ class _Worker:
 
 
 def _outcome(kind: str, detail: Any, timeout_s: float) -> tuple[Outcome, str]:
-    """A worker's reply to one call as an outcome, with why it failed ("" when it did not)."""
+    """A worker's reply to one call as an outcome, with why it failed ("" when it did not). Code in the worker writes
+    the reply, so its text reaches logs and messages only as one clipped line with its control characters escaped
+    (`credo.io.printable`): no forged log line, no escape sequence for the terminal, no megabytes a call."""
     if kind == "ok":
         return Outcome(value=detail), ""
+    detail = printable(str(detail), MAX_DETAIL_CHARS)
     if kind == "raised":
-        return Outcome(error=str(detail)), ""
+        return Outcome(error=detail), ""
     why = {"limit": f"ran out of memory or file size (limit {detail})",
            "blocked": f"attempted a refused operation ({detail})",
            "timeout": f"took longer than {timeout_s:g} s",
