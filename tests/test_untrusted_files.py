@@ -78,6 +78,28 @@ def test_a_forged_report_folder_writes_nothing_outside_it(tmp_path):
     assert {path for path in files_under(tmp_path) - before if forged not in path.parents} == set()
 
 
+def test_names_in_a_shared_report_folder_reach_neither_the_terminal_nor_the_page_as_code(tmp_path):
+    """A study named with a terminal escape sequence (a clipboard write, a screen clear) and a method named as a
+    `javascript:` link: `credo report` prints the escapes as text, and report.html links nothing but http(s) and
+    relative paths."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    evil, link = "study\x1b]52;c;ZWNobw==\x07\x1b[2J", "[x](javascript:alert(1))"
+    study = yaml.safe_load((REPORT / "study.yaml").read_text())
+    study["name"] = evil
+    study["methods"] = {(link if m == "srpo" else m): entry for m, entry in study["methods"].items()}
+    (shared / "study.yaml").write_text(yaml.safe_dump(study))
+    saved = json.loads((REPORT / "report.json").read_text())
+    for row in saved["decisive"]["methods"]:
+        row["method"] = link if row["method"] == "srpo" else row["method"]
+    (shared / "report.json").write_text(json.dumps(saved))
+    result = runner.invoke(app, ["report", str(shared), "--from-json", "--html"])
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.output and "\\x1b]52" in result.output
+    page = (shared / "report.html").read_text()
+    assert "javascript:" in page and 'href="javascript' not in page.lower()
+
+
 # ------------------------------------------------------------------------------------------ config files
 BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
     f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 9)}]\n" for i in range(8))

@@ -24,6 +24,7 @@ except ImportError:  # pragma: no cover
     from click.exceptions import ClickException, NoArgsIsHelpError, UsageError
 
 from credo.extras import MissingExtra
+from credo.io import printable
 from credo.methods import METHODS
 
 if TYPE_CHECKING:
@@ -384,7 +385,8 @@ def compare(
 
     _quiet_transformers()
     spec = load_study(study, output)
-    run_study(spec, jobs=jobs, log=console.print, command=" ".join(["credo", *sys.argv[1:]]))
+    run_study(spec, jobs=jobs, log=lambda line: console.print(printable(line, None), markup=False, highlight=False),
+              command=" ".join(["credo", *sys.argv[1:]]))
     path = write_report(spec.output, html=html)
     console.print(f"report: {path}")
 
@@ -417,7 +419,7 @@ def report(
             raise typer.Exit(1) from None
     from rich.markdown import Markdown
 
-    console.print(Markdown(path.read_text()))
+    console.print(Markdown(printable(path.read_text(), None, newlines=True)))  # names from a shared folder's files
     console.print(f"report: {path}")
 
 

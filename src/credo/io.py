@@ -28,13 +28,15 @@ log = logging.getLogger(__name__)
 
 
 _UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_UNPRINTABLE_BUT_NEWLINE = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
-def printable(text: str, limit: int = 300) -> str:
-    r"""`text` as one line that is safe in a log or on a terminal: control characters (C0, DEL, C1: escape sequences,
-    carriage returns, newlines that would forge a log line), Unicode's line and paragraph separators and its
-    direction overrides written as escapes, then cut to `limit` characters. For text from outside the trainer: a
-    scorer's reply, the names in a study file.
+def printable(text: str, limit: int | None = 300, *, newlines: bool = False) -> str:
+    r"""`text` safe in a log or on a terminal: control characters (C0, DEL, C1: escape sequences, carriage returns,
+    newlines that would forge a log line), Unicode's line and paragraph separators and its direction overrides
+    written as escapes, then cut to `limit` characters (None: uncut). `newlines` keeps "\n" (a document printed to
+    a terminal) where a log line must stay one line. For text from outside the trainer: a scorer's reply, the names
+    in a study file.
 
     >>> print(printable("ok\x1b[2J\nINFO fake line"), printable("x" * 10, 8))
     ok\x1b[2J\nINFO fake line xxxxx...
@@ -42,8 +44,8 @@ def printable(text: str, limit: int = 300) -> str:
     def escape(match: re.Match) -> str:
         return match.group().encode("unicode_escape").decode("ascii")
 
-    text = _UNPRINTABLE.sub(escape, text)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    text = (_UNPRINTABLE_BUT_NEWLINE if newlines else _UNPRINTABLE).sub(escape, text)
+    return text if limit is None or len(text) <= limit else text[: limit - 3] + "..."
 
 
 def cache_root() -> Path:

@@ -96,8 +96,24 @@ def to_html(blocks: list[Block], title: str) -> str:
             f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n")
 
 
+SAFE_LINK = re.compile(r"(https?://|[A-Za-z0-9_.#/-])[^\s\x00-\x1f]*")
+"""A link target a report may hold: http(s), or a relative path or an anchor (no `javascript:`, no `data:`)."""
+
+
 def _inline(text: str) -> str:
-    """Escaped text with Markdown's `code` spans and [links](target) kept."""
+    """Escaped text with Markdown's `code` spans and [links](target) kept; a link whose target is not http(s) nor a
+    relative path or anchor (`SAFE_LINK`: a method named `[x](javascript:...)` in a study file) stays text.
+
+    >>> _inline("[page](plots/a.png) [x](javascript:alert(1)) [y](https://example.org/a)")
+    '<a href="plots/a.png">page</a> [x](javascript:alert(1)) <a href="https://example.org/a">y</a>'
+    """
     escaped = html.escape(text)
     escaped = re.sub(r"`([^`]+)`", r"<code>\1</code>", escaped)
-    return re.sub(r"\[([^\]]+)\]\(([^)]+)\)", r'<a href="\2">\1</a>', escaped)
+
+    def link(match: re.Match) -> str:
+        label, target = match.groups()
+        relative = ":" not in target.split("/", 1)[0]
+        safe = SAFE_LINK.fullmatch(target) and (relative or re.match(r"https?://", target))
+        return f'<a href="{target}">{label}</a>' if safe else match.group()
+
+    return re.sub(r"\[([^\]]+)\]\(([^)]+)\)", link, escaped)
