@@ -259,6 +259,30 @@ def test_a_call_cannot_read_files_outside_its_view(hostile, tmp_path):
     assert hostile.call("read", (str(token),), 5).value is None
 
 
+def test_the_working_and_home_directories_stay_out_of_view_though_python_put_them_on_the_path(tmp_path, monkeypatch):
+    """`python -m credo` run from a home directory puts it first on `sys.path`; a scorer still cannot read the
+    Hugging Face token under it, nor a run directory's files under the working directory."""
+    home, work = tmp_path / "home", tmp_path / "home" / "project"
+    (home / ".cache" / "huggingface").mkdir(parents=True)
+    (work / "runs").mkdir(parents=True)
+    (home / ".cache" / "huggingface" / "token").write_text("hf_secret")
+    (work / "runs" / "key").write_text("run secret")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    monkeypatch.syspath_prepend(str(work))
+    monkeypatch.syspath_prepend(str(home))
+    scorer = tmp_path / "scorers" / "reading_scorer.py"
+    scorer.parent.mkdir()
+    scorer.write_text(textwrap.dedent(HOSTILE))
+    box = Sandbox("reader", scorer)
+    try:
+        assert box.call("echo", ("alive",), 10).value == "alive"
+        for secret in (home / ".cache" / "huggingface" / "token", work / "runs" / "key"):
+            assert box.call("read", (str(secret),), 10).value is None
+    finally:
+        box.shutdown()
+
+
 def test_a_call_cannot_reach_its_workers_memory(hostile):
     assert hostile.call("worker_memory", (), 5).value is None
 

@@ -281,11 +281,22 @@ def bwrap_binary() -> str:
         return found
 
 
+def import_paths() -> list[str]:
+    """The trainer's module search path as a worker gets it: its absolute entries but the working directory, the
+    home directory and any folder above either. Python puts the working directory first for `python -m credo` and
+    `python script.py`, and a run's directory, checkpoints and keys lie under it; a key in `~/.cache/huggingface`
+    lies under home. Site-packages, the standard library and a package's own source folder (an editable install's
+    `src`) stay: scorers import only installed packages and their own file."""
+    personal = [Path(os.getcwd()).resolve(), Path.home().resolve()]
+    refused = {str(p) for p in personal} | {str(parent) for p in personal for parent in p.parents}
+    return [p for p in sys.path if p and os.path.isabs(p) and str(Path(p).resolve()) not in refused]
+
+
 def visible_paths(scorer: Path) -> list[str]:
-    """What a worker sees, read-only: `SYSTEM_PATHS`, the Python installation, the module search path, the
-    worker and the scorer; each existing path once, none inside another."""
+    """What a worker sees, read-only: `SYSTEM_PATHS`, the Python installation, the module search path as the worker
+    gets it (`import_paths`), the worker and the scorer; each existing path once, none inside another."""
     paths = [*SYSTEM_PATHS, sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-             *(p for p in sys.path if p and os.path.isabs(p)), str(WORKER), str(scorer)]
+             *import_paths(), str(WORKER), str(scorer)]
     kept: list[str] = []
     for path in sorted({os.path.abspath(p) for p in paths if os.path.lexists(p)}):
         if not any(path.startswith(k.rstrip("/") + "/") for k in kept):
@@ -332,7 +343,7 @@ class _Worker:
             child.close()
         self.conn = Connection(parent.detach())
         limits = sandbox.limits
-        settings = {"sys_path": [p for p in sys.path if p and os.path.isabs(p)], "scorer": str(sandbox.scorer),
+        settings = {"sys_path": import_paths(), "scorer": str(sandbox.scorer),
                     "memory_mb": limits.memory_mb, "file_mb": limits.file_mb, "isolated": self.isolated}
         status = self._handshake(settings)
         if status is not None:
