@@ -100,6 +100,36 @@ def test_names_in_a_shared_report_folder_reach_neither_the_terminal_nor_the_page
     assert "javascript:" in page and 'href="javascript' not in page.lower()
 
 
+@pytest.mark.parametrize("name", ["report.json", "study.yaml"])
+def test_a_report_folder_file_that_is_a_fifo_or_a_link_to_dev_zero_is_refused_at_once(tmp_path, name):
+    """`report.json -> /dev/zero` would read until memory runs out, a FIFO would block forever: both are one line."""
+    import os
+    import shutil
+
+    for kind in ("fifo", "zero"):
+        shared = tmp_path / kind
+        shutil.copytree(REPORT, shared)
+        (shared / name).unlink()
+        if kind == "fifo":
+            os.mkfifo(shared / name)
+        else:
+            (shared / name).symlink_to("/dev/zero")
+        result = runner.invoke(app, ["report", str(shared), "--from-json"])
+        assert result.exit_code != 0 and "is a symbolic link or a special file" in result.output, result.output
+
+
+def test_a_checkpoint_holding_a_fifo_is_unreadable_not_a_hang(tmp_path):
+    import os
+
+    from credo.checkpoint import UnreadableCheckpoint, read_checkpoint
+
+    step = tmp_path / "checkpoints" / "step_000002"
+    step.mkdir(parents=True)
+    os.mkfifo(step / "state.json")
+    with pytest.raises(UnreadableCheckpoint, match="special file"):
+        read_checkpoint(step)
+
+
 # ------------------------------------------------------------------------------------------ config files
 BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
     f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 9)}]\n" for i in range(8))

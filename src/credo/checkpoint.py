@@ -281,6 +281,7 @@ def read_checkpoint(path: Path, problems_per_step: int | None = None) -> tuple[d
     inflate on load (`credo.io.check_torch_archive`).
     """
     try:
+        refuse_links(path)  # a FIFO or a link to /dev/zero among its files would hang or never end the read
         state = TrainState.model_validate_json((path / "state.json").read_bytes(),
                                                context={"problems_per_step": problems_per_step})
     except ValidationError as error:

@@ -118,6 +118,17 @@ def refuse_links(folder: Path) -> None:
                           "directory came from)")
 
 
+def check_regular_file(path: Path) -> Path:
+    """`path`, if it is a regular file that is not a symbolic link; else an OSError naming it. A FIFO blocks a read
+    forever and `/dev/zero` never ends one, so a file credo reads from a folder it may not have written (a shared
+    report, a downloaded run, a checkpoint) is checked first; a missing file is FileNotFoundError as usual."""
+    info = os.lstat(path)
+    if not stat.S_ISREG(info.st_mode):
+        raise OSError(f"{path} is a symbolic link or a special file (a FIFO or a device would block or never end the "
+                      "read), not a file credo wrote: remove it, or check where this folder came from")
+    return path
+
+
 def path_inside(folder: Path, name: str) -> Path:
     """`folder / name`, for a `name` read from a file (a report's difficulty or metric): a ValueError naming it
     unless it is a relative path without `..`, a backslash or a NUL, and `folder / name` resolves inside

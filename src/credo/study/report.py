@@ -26,7 +26,7 @@ import shutil
 from pathlib import Path
 
 from credo.config import ConfigError, read_yaml_mapping
-from credo.io import path_inside, write_text_atomic
+from credo.io import check_regular_file, path_inside, write_text_atomic
 from credo.study.document import Block, Bullets, Code, Heading, Image, Paragraph, to_html, to_markdown
 from credo.study.figures import family_curves, plot_curves, plot_differences
 from credo.study.grid import STUDY_FILE, ReportConfig, dump_study, endpoint_label
@@ -61,7 +61,7 @@ def write_report(directory: str | Path, output: str | Path | None = None, *, htm
     study_file = directory / STUDY_FILE
     if not study_file.exists():
         raise FileNotFoundError(f"{directory} is not a study directory (no {STUDY_FILE}); run `credo compare` first")
-    study = read_yaml_mapping(study_file, "a resolved study")
+    study = read_yaml_mapping(check_regular_file(study_file), "a resolved study")
     missing = [key for key in ("name", "seeds", "methods", "difficulties") if key not in study]
     if missing:
         raise ConfigError(f"{study_file}: not a study file written by `credo compare` (no {', '.join(missing)})")

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from credo.io import iter_jsonl, path_inside
+from credo.io import check_regular_file, iter_jsonl, path_inside
 from credo.study.analysis import DifficultyResult, analyse, recovered_result
 from credo.study.figures import mean_curves
 from credo.study.grid import ReportConfig
@@ -96,7 +96,7 @@ def results_from_json(directory: Path, study: dict) -> dict[str, DifficultyRepor
     if not path.exists():
         raise FileNotFoundError(f"{directory}: no report.json to draw the report from (--from-json re-draws a written report)")
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(check_regular_file(path).read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ValueError(f"{path}: not the JSON `credo report` writes ({error})") from None
     if not isinstance(data, dict) or not all(isinstance(saved, dict) for saved in data.values()):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from credo.checkpoint import MetricsRecord
 from credo.config import read_yaml_mapping
-from credo.io import iter_jsonl
+from credo.io import check_regular_file, iter_jsonl
 from credo.study.curves import Curve
 from credo.study.grid import STUDY_FILE, run_path
 
@@ -69,6 +69,7 @@ def load_runs(directory: Path) -> tuple[dict, dict[str, dict[str, list[Run]]]]:
     study_file = directory / STUDY_FILE
     if not study_file.exists():
         raise FileNotFoundError(f"{directory} is not a study directory (no {STUDY_FILE}); run `credo compare` first")
+    check_regular_file(study_file)
     study = read_yaml_mapping(study_file, "a resolved study")
     out: dict[str, dict[str, list[Run]]] = {}
     for difficulty in study["difficulties"]:
@@ -84,7 +85,10 @@ def load_runs(directory: Path) -> tuple[dict, dict[str, dict[str, list[Run]]]]:
 
 
 def read_run(path: Path, method: str, seed: int) -> Run:
-    """One finished run's folder."""
+    """One finished run's folder (its files regular files, `credo.io.check_regular_file`: the folder may be shared)."""
+    for name in ("metrics.jsonl", "summary.json", "config.yaml"):
+        if (path / name).exists() or (path / name).is_symlink():
+            check_regular_file(path / name)
     evals, norms = [], []
     for record in iter_jsonl(path / "metrics.jsonl", MetricsRecord):
         if "eval" in record:
