@@ -112,3 +112,22 @@ def test_a_head_of_another_size_is_a_one_line_error(tmp_path):
     with pytest.raises(ValueError, match=r"reward model .*rm2' does not load as a sequence-classification model with "
                                          r"one label: RuntimeError"):
         reward_task(tmp_path, [{"model": str(directory)}])
+
+
+class PanicException(BaseException):
+    """As pyo3 names the panic a Rust tokenizer raises (a hostile `tokenizer.json`'s regex): not an Exception."""
+
+
+def test_a_tokenizer_panic_is_a_reward_error_like_any_other(tmp_path, monkeypatch):
+    from credo.tasks.reward_model import RewardModel
+
+    def panic(self, prompts, completions):
+        raise PanicException("regex engine: stack overflow")
+
+    task = reward_task(tmp_path, [{"model": str(save_reward_model(tmp_path / "rm"))}])
+    monkeypatch.setattr(RewardModel, "texts", panic)
+    rows = task.eval_problems()
+    verdicts, errors = verify_all(task, rows, RESPONSES, "zero")
+    assert errors == 3 and [v.reward for v in verdicts] == [0.0] * 3  # training goes on
+    with pytest.raises(RuntimeError, match="the reward model's tokenizer panicked: .*stack overflow"):
+        verify_all(task, rows, RESPONSES, "raise")

@@ -85,7 +85,14 @@ class RewardModel:
         return [prompt + completion for prompt, completion in zip(prompts, completions)]
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any]) -> list[float]:
-        inputs = self.tokenizer(text=self.texts(prompts, completions), return_tensors="pt", padding=True,
-                                padding_side="right", add_special_tokens=False).to(self.model.device)
+        """The model's scores; a panic of the tokenizer's Rust code (a `BaseException`, as a hostile `tokenizer.json`'s
+        regex can raise) comes out as a RuntimeError, so `rollout.reward_errors` treats it as any reward error."""
+        try:
+            inputs = self.tokenizer(text=self.texts(prompts, completions), return_tensors="pt", padding=True,
+                                    padding_side="right", add_special_tokens=False).to(self.model.device)
+        except BaseException as error:
+            if type(error).__name__ != "PanicException":  # pyo3's, which no module exports to catch by type
+                raise
+            raise RuntimeError(f"the reward model's tokenizer panicked: {describe_error(error)}") from None
         with torch.inference_mode():
             return self.model(**inputs).logits[:, 0].float().tolist()
