@@ -368,8 +368,10 @@ def test_scoring_a_batch_within_its_budget_equals_scoring_each_answer():
     assert task.over_budget == 0
 
 
-def test_a_batch_that_spends_its_verification_budget_scores_the_rest_zero(tmp_path, monkeypatch, caplog):
-    # the scorer sleeps as many seconds as the answer says: the third answer would hold the batch for 30 s
+def test_answers_that_overrun_cannot_spend_the_time_of_the_answers_after_them(tmp_path, monkeypatch, caplog):
+    """The scorer sleeps as many seconds as the answer says. Two slow answers first (30 s each) once held the whole
+    1.5 s budget and the four right answers after them scored 0; now each answer gets what is left divided by the
+    answers still to score, so each slow answer stops at its share and the four right ones are scored."""
     (tmp_path / "sleepy_scorer.py").write_text(SLEEPY)
     sandbox = Sandbox("sleepy", tmp_path / "sleepy_scorer.py")
     timeouts = []
@@ -380,8 +382,8 @@ def test_a_batch_that_spends_its_verification_budget_scores_the_rest_zero(tmp_pa
 
     monkeypatch.setattr(sandbox, "call", call)
     monkeypatch.setattr(rg_task, "SANDBOX", sandbox)
-    task = chain_sum(verify_budget_s=1.5, score_timeout_s=10)
-    texts = [f"<answer>{seconds}</answer>" for seconds in ("0", "0", "30", "0", "0", "0")]
+    task = chain_sum(verify_budget_s=3.0, score_timeout_s=10)
+    texts = [f"<answer>{seconds}</answer>" for seconds in ("30", "30", "0", "0", "0", "0")]
     try:
         assert Sandbox.call(sandbox, "echo", (1,), 60).value == 1  # the worker is up before the clock starts
         started = time.monotonic()
@@ -390,9 +392,16 @@ def test_a_batch_that_spends_its_verification_budget_scores_the_rest_zero(tmp_pa
         took = time.monotonic() - started
     finally:
         sandbox.shutdown()
-    assert [v.reward for v in verdicts] == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
-    assert [v.sandbox_failed for v in verdicts] == [False, False, True, True, True, True]
-    assert (errors, sandbox_failures(verdicts), task.over_budget) == (0, 4, 3)
-    assert len(timeouts) == 3 and max(timeouts) <= 1.5  # the budget left was each call's limit; 3 answers never sent
-    assert took < 1.5 + 2.0  # the budget, and the time it takes to stop the worker
-    assert "3 of its 6 answers scored 0 without scoring" in caplog.text
+    assert [v.reward for v in verdicts] == [0.0, 0.0, 1.0, 1.0, 1.0, 1.0]
+    assert [v.sandbox_failed for v in verdicts] == [True, True, False, False, False, False]
+    assert (errors, sandbox_failures(verdicts), task.over_budget) == (0, 2, 0)
+    assert timeouts[0] == pytest.approx(3.0 / 6, abs=0.05) and len(timeouts) == 6
+    assert took < 3.0 + 4.0  # the budget, and two stops and starts of the worker
+
+
+def test_an_answer_left_without_time_scores_zero_without_scoring(monkeypatch):
+    """A budget already spent (the clock moved past it) leaves no share: the answer is not sent to the scorer."""
+    task = chain_sum(verify_budget_s=1.0, score_timeout_s=10)
+    monkeypatch.setattr(rg_task, "SANDBOX", None)  # a call would fail: none is made
+    verdict = task.own_verify(task.train[0], "<answer>0</answer>", share_s=0.0)
+    assert (verdict.reward, verdict.sandbox_failed, task.over_budget) == (0.0, True, 1)

@@ -20,7 +20,8 @@ scoring that overruns it, dies or hits a limit scores 0 with `Verdict.sandbox_fa
 one of the dataset that scores the answer (a `composite` entry's source dataset), and a config naming a dataset
 (or a composite's entry) whose scorer evaluates answers without a grammar is refused at validation.
 `verify_batch` scores a batch within `verify_budget_s`: each answer's limit is the smaller of `score_timeout_s`
-and the budget left, and once the budget is spent the remaining answers score 0 without reaching the scorer,
+and its share of the budget (what is left, divided by the answers still to score), so answers that overrun cannot
+spend the time of the answers after them; an answer left without time scores 0 without reaching the scorer,
 with `Verdict.sandbox_failed` set (so counted in `verify/sandbox_failures`) and counted in `over_budget`.
 
 `bucket_by` names keys of the entries' `metadata["difficulty"]` for the eval's difficulty buckets, e.g.
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import itertools
 import logging
 import math
 import time
@@ -136,7 +138,7 @@ class ReasoningGymConfig(RewardOptions):
     verify_budget_s: float = Field(60.0, gt=0.0)
     """Time (wall clock) scoring one batch may take in all; once spent, the batch's other answers score 0.
 
-    Each answer's limit is the smaller of `score_timeout_s` and the budget left (`verify_batch`); a batch of
+    Each answer's limit is the smaller of `score_timeout_s` and its share of what is left (`verify_batch`); a batch of
     well-formed answers takes well under a second, one of answers that each overrun `score_timeout_s` would
     otherwise take the batch's size times it."""
 
@@ -298,10 +300,19 @@ class ReasoningGymTask(RewardedTask):
     def verify_batch(self, problems: Sequence[Problem], texts: Sequence[str],
                      on_error: str) -> tuple[list[Verdict], int]:
         """The verdicts on a batch and how many verifications failed (`verify_all` calls it when no reward
-        functions are named), the sandboxed scoring stopping after `verify_budget_s` in all (extracting answers
-        and checking grammars, linear in the responses' lengths, and stopping an overrunning worker come on top)."""
-        deadline, before = time.monotonic() + self.config.verify_budget_s, self.over_budget
-        verdicts, errors = verify_each(self, lambda problem, text: self.own_verify(problem, text, deadline),
+        functions are named), the sandboxed scoring taking `verify_budget_s` in all (extracting answers and checking
+        grammars, linear in the responses' lengths, and stopping an overrunning worker come on top).
+
+        Each answer's share of the budget is what is left of it divided by the answers still to score: an answer may
+        use what earlier answers left unused, never what later ones are owed, so slow answers cannot score the fast
+        ones after them 0."""
+        started, budget, before = time.monotonic(), self.config.verify_budget_s, self.over_budget
+        scored = itertools.count()
+
+        def share_s() -> float:
+            return (budget - (time.monotonic() - started)) / (len(texts) - next(scored))
+
+        verdicts, errors = verify_each(self, lambda problem, text: self.own_verify(problem, text, share_s()),
                                        problems, texts, on_error)
         if self.over_budget > before:
             log.warning("%s: scoring a batch spent its verify_budget_s (%g s); %d of its %d answers scored 0 "
@@ -309,9 +320,10 @@ class ReasoningGymTask(RewardedTask):
                         self.config.verify_budget_s, self.over_budget - before, len(texts))
         return verdicts, errors
 
-    def own_verify(self, problem: Problem, response: str, deadline: float | None = None) -> Verdict:
-        """The dataset's scorer on the response's answer, in the sandbox, for at most `score_timeout_s` and
-        until `deadline` (`time.monotonic()`; past it, the answer scores 0 without scoring: `over_budget`)."""
+    def own_verify(self, problem: Problem, response: str, share_s: float | None = None) -> Verdict:
+        """The dataset's scorer on the response's answer, in the sandbox, for at most `score_timeout_s` and the
+        answer's share of its batch's budget, `share_s` (none left: the answer scores 0 without scoring,
+        `over_budget`)."""
         entry = problem.meta.get("entry")
         if entry is None:
             raise ValueError(f"{self.name}: the problem carries no reasoning-gym entry (meta['entry']); "
@@ -320,8 +332,7 @@ class ReasoningGymTask(RewardedTask):
         if answer is None or not admits(self.config.dataset, answer, entry):
             return Verdict(reward=0.0, correct=False)
         config = self.config
-        timeout_s = config.score_timeout_s if deadline is None else min(config.score_timeout_s,
-                                                                        deadline - time.monotonic())
+        timeout_s = config.score_timeout_s if share_s is None else min(config.score_timeout_s, share_s)
         if timeout_s <= 0:
             self.over_budget += 1
             return Verdict(reward=0.0, correct=False, sandbox_failed=True)
