@@ -233,3 +233,34 @@ def test_instruction_is_appended_to_every_prompt(tmp_path):
     assert first.prompt.startswith("q") and first.prompt.endswith("\n\n" + THOUGHT_INSTRUCTION)
     assert all(p.prompt.endswith(THOUGHT_INSTRUCTION) for p in task.eval_problems())
     assert task.verify(first, f"</thought>\\boxed{{{first.answer}}}").correct
+
+
+def test_math_grading_shares_the_batch_budget_so_slow_answers_cannot_zero_the_rest(tmp_path, monkeypatch):
+    """`match: math` grades a batch within `verify_budget_s`, each answer bounded by its fair share. Two answers
+    that run to their bound come first (a 23-character answer took 5 s of math-verify); the four after them are
+    still graded, and the bounds grow as the slow ones leave their shares' remainder to nobody but themselves."""
+    import time
+
+    import credo.tasks.math_grading as math_grading
+    from credo.tasks import verify_all
+    from credo.tasks.sandbox import FAILED, Outcome
+
+    bounds = []
+
+    def grade(pairs, timeout_s=5.0, bound_s=None):
+        [(response, _)] = list(pairs)
+        bounds.append(bound_s)
+        if response == "slow":
+            time.sleep(bound_s)
+            return [FAILED]
+        return [Outcome(value=True)]
+
+    monkeypatch.setattr(math_grading, "grade_math_outcomes", grade)
+    path = write_jsonl(tmp_path / "m.jsonl", [{"prompt": f"q{i}", "answer": "1"} for i in range(6)])
+    task = build_task({"name": "jsonl", "path": path, "eval_path": path, "match": "math", "verify_budget_s": 1.2})
+    rows = task.eval_problems()
+    verdicts, errors = verify_all(task, rows, ["slow", "slow", "1", "1", "1", "1"], "raise")
+    assert [v.correct for v in verdicts] == [False, False, True, True, True, True] and errors == 0
+    assert [v.sandbox_failed for v in verdicts] == [True, True, False, False, False, False]
+    assert bounds[0] == pytest.approx(1.2 / 6, abs=0.02) and bounds[1] == pytest.approx(1.0 / 5, abs=0.02)
+    assert all(b > 0.15 for b in bounds)  # every answer kept its share

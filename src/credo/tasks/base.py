@@ -12,9 +12,11 @@ classes up through it, never with `TASKS.get` directly.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import random
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -104,6 +106,18 @@ def verify_all(task: Task, problems: list[Problem], texts: list[str], on_error: 
     if batch is not None:
         return batch(problems, texts, on_error)
     return verify_each(task, task.verify, problems, texts, on_error)
+
+
+def fair_shares(budget_s: float, answers: int) -> Callable[[], float]:
+    """A batch's verification budget shared fairly: each call (one per answer, in order) gives that answer's share,
+    what is left of `budget_s` divided by the answers still to score. An answer may use what earlier ones left
+    unused, never what later ones are owed, so answers that overrun cannot score the ones after them 0."""
+    started, scored = time.monotonic(), itertools.count()
+
+    def share_s() -> float:
+        return (budget_s - (time.monotonic() - started)) / max(1, answers - next(scored))
+
+    return share_s
 
 
 def verify_each(task: Task, verify, problems: list[Problem], texts: list[str],

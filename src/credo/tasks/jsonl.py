@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import random
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
@@ -25,7 +25,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from credo.extras import require
-from credo.tasks.base import TASKS, Problem, Verdict, seeded_epochs
+from credo.tasks.base import TASKS, Problem, Verdict, fair_shares, seeded_epochs, verify_each
 from credo.tasks.chat import with_instruction
 from credo.tasks.rewards import CustomReward, RewardedTask, RewardOptions
 
@@ -46,6 +46,12 @@ class JsonlConfig(RewardOptions):
     """Share of `path` held out for eval when `eval_path` is None (at least one problem; a fixed shuffle)."""
     match: Literal["auto", "boxed", "last_number", "math"] = "auto"
     """How a response's answer is found and compared (see the module docstring); "math": math-verify."""
+    verify_budget_s: float = Field(60.0, gt=0.0)
+    """Time (wall clock) grading one batch with math-verify (`match: math`) may take in all.
+
+    Each answer's hard bound is the smaller of math-verify's own (16 s) and its fair share, what is left of the
+    budget divided by the answers still to grade (`credo.tasks.base.fair_shares`); an answer left without time
+    scores 0 ungraded (counted in `verify/sandbox_failures`)."""
     instruction: str | None = None
     """Text appended to every prompt after a blank line (None or "": the prompt alone).
 
@@ -128,12 +134,15 @@ def split_held_out(problems: list[Problem], fraction: float, path: str) -> tuple
     return [problems[i] for i in sorted(order[cut:])], [problems[i] for i in sorted(order[:cut])]
 
 
-def grade(response: str, answer: str, match: str) -> Verdict:
-    """A response's final answer against the ground truth (`match`: see the module docstring)."""
+def grade(response: str, answer: str, match: str, share_s: float | None = None) -> Verdict:
+    """A response's final answer against the ground truth (`match`: see the module docstring); math-verify's within
+    `share_s` seconds where given (none left: 0, ungraded)."""
     if match == "math":
         from credo.tasks.math_grading import grade_math_outcomes
 
-        [outcome] = grade_math_outcomes([(response, answer)])
+        if share_s is not None and share_s <= 0:
+            return Verdict(reward=0.0, correct=False, sandbox_failed=True)
+        [outcome] = grade_math_outcomes([(response, answer)], bound_s=share_s)
         correct = outcome.value is True
         return Verdict(reward=float(correct), correct=correct, sandbox_failed=outcome.failed)
     given = extract_answer(response, match)
@@ -171,6 +180,16 @@ class JsonlTask(RewardedTask):
     def eval_problems(self) -> list[Problem]:
         return list(self.held_out)
 
-    def own_verify(self, problem: Problem, response: str) -> Verdict:
-        """The final answer against the ground truth (`match`)."""
-        return grade(response, problem.answer, self.config.match)
+    def own_verify(self, problem: Problem, response: str, share_s: float | None = None) -> Verdict:
+        """The final answer against the ground truth (`match`), math-verify's within `share_s` seconds if given."""
+        return grade(response, problem.answer, self.config.match, share_s)
+
+    def verify_batch(self, problems: Sequence[Problem], texts: Sequence[str],
+                     on_error: str) -> tuple[list[Verdict], int]:
+        """The verdicts on a batch and how many verifications failed (`verify_all` calls it when no reward functions
+        are named); math-verify's grading shares `verify_budget_s` fairly among the answers."""
+        if self.config.match != "math":
+            return verify_each(self, self.own_verify, problems, texts, on_error)
+        share_s = fair_shares(self.config.verify_budget_s, len(texts))
+        return verify_each(self, lambda problem, text: self.own_verify(problem, text, share_s()), problems, texts,
+                           on_error)

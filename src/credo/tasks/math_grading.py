@@ -46,15 +46,20 @@ def grade_math_many(pairs: Iterable[tuple[str, str]], timeout_s: float = 5.0) ->
     return [outcome.value is True for outcome in grade_math_outcomes(pairs, timeout_s)]
 
 
-def grade_math_outcomes(pairs: Iterable[tuple[str, str]], timeout_s: float = 5.0) -> list[Outcome]:
-    """The sandbox's outcome of grading each pair: `value` True/False, or `failed` (no verdict)."""
+def grade_math_outcomes(pairs: Iterable[tuple[str, str]], timeout_s: float = 5.0,
+                        bound_s: float | None = None) -> list[Outcome]:
+    """The sandbox's outcome of grading each pair: `value` True/False, or `failed` (no verdict). `bound_s`: a
+    tighter hard bound per answer than `3 * timeout_s + MARGIN_S` (an answer's share of its batch's budget)."""
     calls = [(str(response), str(truth), max(1, math.ceil(timeout_s))) for response, truth in pairs]
     if timeout_s <= 0:
         raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+    if bound_s is not None and bound_s <= 0:
+        raise ValueError(f"bound_s must be positive, got {bound_s}")
     if not calls:
         return []
     require("math_verify", "tasks", "math grading (match: math)")
-    return SANDBOX.call_many("grade", calls, 3 * timeout_s + MARGIN_S)
+    bound = 3 * timeout_s + MARGIN_S
+    return SANDBOX.call_many("grade", calls, bound if bound_s is None else min(bound, bound_s))
 
 
 def shutdown() -> None:

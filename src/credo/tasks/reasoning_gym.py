@@ -36,10 +36,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import itertools
 import logging
 import math
-import time
 from collections.abc import Iterator, Sequence
 from types import ModuleType
 from typing import Any, Literal
@@ -48,7 +46,7 @@ from pydantic import Field, model_validator
 
 from credo.extras import require
 from credo.tasks.answer_grammar import COMPOSITE, admits, guarded
-from credo.tasks.base import TASKS, Problem, Verdict, describe_error, seeded_epochs, verify_each
+from credo.tasks.base import TASKS, Problem, Verdict, describe_error, fair_shares, seeded_epochs, verify_each
 from credo.tasks.jsonl import _NUMBER, last_boxed
 from credo.tasks.rewards import CustomReward, RewardedTask, RewardOptions
 from credo.tasks.sandbox import Sandbox
@@ -303,15 +301,9 @@ class ReasoningGymTask(RewardedTask):
         functions are named), the sandboxed scoring taking `verify_budget_s` in all (extracting answers and checking
         grammars, linear in the responses' lengths, and stopping an overrunning worker come on top).
 
-        Each answer's share of the budget is what is left of it divided by the answers still to score: an answer may
-        use what earlier answers left unused, never what later ones are owed, so slow answers cannot score the fast
-        ones after them 0."""
-        started, budget, before = time.monotonic(), self.config.verify_budget_s, self.over_budget
-        scored = itertools.count()
-
-        def share_s() -> float:
-            return (budget - (time.monotonic() - started)) / (len(texts) - next(scored))
-
+        Each answer's share of the budget is what is left of it divided by the answers still to score
+        (`base.fair_shares`)."""
+        before, share_s = self.over_budget, fair_shares(self.config.verify_budget_s, len(texts))
         verdicts, errors = verify_each(self, lambda problem, text: self.own_verify(problem, text, share_s()),
                                        problems, texts, on_error)
         if self.over_budget > before:
