@@ -285,3 +285,20 @@ def test_an_unreadable_or_empty_file_is_named_once(tmp_path, capfd):
     empty.write_text("")
     with pytest.raises(ValueError, match=r"empty.jsonl: an empty file, no rows$"):
         read_rows(empty)
+
+
+def test_a_parquet_file_of_millions_of_rows_in_kilobytes_is_refused_before_it_inflates(tmp_path):
+    """5M repeated rows compress to tens of kilobytes; their dicts would take gigabytes. The footer's row count
+    refuses the file before any column is read."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from credo.tasks.dataset import MAX_ROWS, read_rows
+
+    path = tmp_path / "bomb.parquet"
+    rows = MAX_ROWS * 5 // 2
+    table = pa.table({"prompt": pa.array(["q"] * rows), "answer": pa.array(["1"] * rows)})
+    pq.write_table(table, path, compression="zstd")
+    assert path.stat().st_size < 2**20
+    with pytest.raises(ValueError, match=r"bomb.parquet: 5,000,000 rows, .* above the 2,000,000 rows"):
+        read_rows(path)

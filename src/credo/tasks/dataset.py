@@ -113,6 +113,32 @@ def _quiet(datasets: Any) -> Iterator[None]:
             logging.enable_progress_bar()
 
 
+MAX_ROWS = 2_000_000
+"""The most rows a dataset file may hold: its rows become Python dicts in memory (hundreds of bytes each at least),
+and a parquet file compresses millions of repeated rows into kilobytes (5M rows in 33 KB once reached a MemoryError
+at 1 GiB)."""
+
+MAX_PARQUET_BYTES = 4 * 2**30
+"""The most bytes a parquet file's columns may take uncompressed (its footer says so before anything inflates)."""
+
+
+class TooLarge(ValueError):
+    """A dataset file that declares more than credo reads into memory."""
+
+
+def check_parquet_size(path: Path) -> None:
+    """A `TooLarge` naming `path` if its footer declares more than `MAX_ROWS` rows or `MAX_PARQUET_BYTES` bytes
+    uncompressed, read before any column is decompressed."""
+    import pyarrow.parquet as pq
+
+    metadata = pq.ParquetFile(path).metadata
+    inflated = sum(metadata.row_group(i).total_byte_size for i in range(metadata.num_row_groups))
+    if metadata.num_rows > MAX_ROWS or inflated > MAX_PARQUET_BYTES:
+        raise TooLarge(f"{path}: {metadata.num_rows:,} rows, {inflated / 2**20:,.0f} MiB uncompressed, above the "
+                         f"{MAX_ROWS:,} rows and {MAX_PARQUET_BYTES / 2**30:g} GiB a dataset file may hold in memory "
+                         "(split it, or sample the rows you train on)")
+
+
 def read_rows(path: str | Path, given: str = "auto") -> list[dict[str, Any]]:
     """The rows of a local dataset file (or `save_to_disk` directory) as dicts; errors name the file."""
     datasets = datasets_module()
@@ -125,6 +151,8 @@ def read_rows(path: str | Path, given: str = "auto") -> list[dict[str, Any]]:
     try:
         with _quiet(datasets):
             if kind == "parquet":
+                if path.is_file():
+                    check_parquet_size(path)
                 data = datasets.Dataset.from_parquet(str(path))
             elif kind == "json":
                 data = datasets.Dataset.from_json(str(path))
@@ -132,12 +160,17 @@ def read_rows(path: str | Path, given: str = "auto") -> list[dict[str, Any]]:
                 data = datasets.load_from_disk(str(path))
             else:
                 data = datasets.Dataset.from_file(str(path))
+    except TooLarge:
+        raise
     except Exception as error:
         text = " ".join(str(error).split())[:300]
         raise ValueError(f"{path}: cannot read it as {kind}: {type(error).__name__}: {text}") from None
     if isinstance(data, datasets.DatasetDict):
         raise ValueError(f"{path} holds a DatasetDict (splits {', '.join(data)}); point path at one split's "
                          f"directory, e.g. {path / next(iter(data))}")
+    if data.num_rows > MAX_ROWS:
+        raise TooLarge(f"{path}: {data.num_rows:,} rows, above the {MAX_ROWS:,} a dataset file may hold in memory "
+                         "(split it, or sample the rows you train on)")
     rows = data.to_list()
     if not rows:
         raise ValueError(f"{path}: no rows")
