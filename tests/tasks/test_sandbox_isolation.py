@@ -105,6 +105,23 @@ def read(path):
         return f.read()
 
 
+def reschedule():
+    os.setpriority(os.PRIO_PROCESS, 0, 19)
+    return "reniced"
+
+
+def pin_to_one_cpu():
+    os.sched_setaffinity(0, {0})
+    return "pinned"
+
+
+def async_signal_owner(command):
+    import fcntl
+    read_end, _ = os.pipe()
+    fcntl.fcntl(read_end, command, os.getppid())
+    return "owned"
+
+
 def worker_memory():
     with open(f"/proc/{os.getppid()}/mem", "rb") as f:  # the worker, which forks the next calls
         return "opened"
@@ -281,6 +298,32 @@ def test_the_working_and_home_directories_stay_out_of_view_though_python_put_the
             assert box.call("read", (str(secret),), 10).value is None
     finally:
         box.shutdown()
+
+
+@pytest.mark.parametrize(("function", "args"), [
+    ("reschedule", ()), ("pin_to_one_cpu", ()), ("async_signal_owner", (8,)), ("async_signal_owner", (10,)),
+    ("async_signal_owner", (15,))])
+def test_calls_that_would_outlive_their_child_are_refused(hostile, function, args):
+    """Scheduling that a later answer's child would inherit through the worker, and I/O signals (F_SETOWN,
+    F_SETSIG, F_SETOWN_EX) that reach the worker though `kill` is refused: each kills the child (no audit event
+    stops them first: seccomp does), and the next call works."""
+    assert hostile.call(function, args, 5).failed
+    assert hostile.call("echo", ("next",), 5).value == "next"
+
+
+def test_the_filter_refuses_ipc_that_outlives_the_child_and_clearing_the_death_signal(tmp_path):
+    """System V memory, queues and semaphores, POSIX queues and `prctl(PR_SET_PDEATHSIG)` are reachable only through
+    ctypes, which the audit hook stops first; the seccomp filter refuses them too, for code that gets past the hook."""
+    from credo.tasks.sandbox_worker import _syscall_filter
+
+    with (tmp_path / "filter.pfc").open("w+b") as pfc:
+        _syscall_filter().export_pfc(pfc)
+        pfc.seek(0)
+        text = pfc.read().decode()
+    for name in ("shmget", "shmat", "msgget", "msgsnd", "semget", "mq_open", "mq_timedsend", "sched_setattr"):
+        assert f'syscall "{name}"' in text, name
+    prctl = text.split('syscall "prctl"')[1].split("# filter for syscall")[0]
+    assert "$a0.lo32 == 1" in prctl and "KILL_PROCESS" in prctl
 
 
 def test_a_call_cannot_reach_its_workers_memory(hostile):

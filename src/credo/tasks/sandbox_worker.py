@@ -68,8 +68,17 @@ REFUSED_SYSCALLS = (
     "finit_module", "delete_module", "kexec_load", "kexec_file_load", "reboot", "swapon", "swapoff",
     "sethostname", "setdomainname", "acct", "quotactl", "ioperm", "iopl", "name_to_handle_at",
     "open_by_handle_at",
+    "shmget", "shmat", "shmctl", "msgget", "msgsnd", "msgrcv", "msgctl", "semget", "semop", "semtimedop", "semctl",
+    "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify", "mq_getsetattr",  # IPC that outlives
+    # the child (System V memory held against the worker's limit, a queue carrying state to later answers)
+    "sched_setscheduler", "sched_setparam", "sched_setaffinity", "sched_setattr", "setpriority", "ioprio_set",
+    # scheduling a later answer's child would inherit through the worker
 )
 """System calls that kill a call's child (SIGSYS) in isolation mode: a scorer needs none of them."""
+
+REFUSED_FCNTL = (8, 10, 15)
+"""`fcntl` commands that kill a call's child: F_SETOWN, F_SETSIG and F_SETOWN_EX, with which a pipe's I/O signal
+(O_ASYNC) reaches a process that `kill` may not."""
 
 BLOCKED_EVENTS = ("os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "subprocess.Popen",
                   "socket.", "ctypes.", "os.kill", "os.killpg", "signal.pthread_kill", "sys.addaudithook",
@@ -246,6 +255,10 @@ def _syscall_filter():
     # clone3's flags are out of a filter's reach; told it does not exist, C libraries fall back to clone
     syscall_filter.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
     syscall_filter.add_rule(seccomp.KILL_PROCESS, "prlimit64", seccomp.Arg(0, seccomp.NE, 0))  # others' limits
+    for command in REFUSED_FCNTL:
+        syscall_filter.add_rule(seccomp.KILL_PROCESS, "fcntl", seccomp.Arg(1, seccomp.EQ, command))
+    # a child that clears its death signal would outlive the trainer (its own was set before the filter)
+    syscall_filter.add_rule(seccomp.KILL_PROCESS, "prctl", seccomp.Arg(0, seccomp.EQ, PR_SET_PDEATHSIG))
     return syscall_filter
 
 
