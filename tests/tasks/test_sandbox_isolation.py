@@ -105,6 +105,10 @@ def read(path):
         return f.read()
 
 
+def parent_pid():
+    return os.getppid()
+
+
 def reschedule():
     os.setpriority(os.PRIO_PROCESS, 0, 19)
     return "reniced"
@@ -309,6 +313,12 @@ def test_calls_that_would_outlive_their_child_are_refused(hostile, function, arg
     stops them first: seccomp does), and the next call works."""
     assert hostile.call(function, args, 5).failed
     assert hostile.call("echo", ("next",), 5).value == "next"
+
+
+def test_the_worker_is_its_namespaces_init(hostile):
+    """A call's child sees its worker as PID 1: the namespace's init, which no signal from inside reaches and whose
+    exit ends every process left in the namespace (there is no bubblewrap init to keep a child alive)."""
+    assert hostile.call("parent_pid", (), 5).value == 1
 
 
 def test_the_filter_refuses_ipc_that_outlives_the_child_and_clearing_the_death_signal(tmp_path):

@@ -14,8 +14,11 @@ The boundary (isolation "bwrap", the default; see docs/security.md), from the ou
   namespaces: no network interface but loopback, no other process of the machine in sight (the trainer's
   `/proc/<pid>/environ` included), in its own session and process group (`--new-session`). The worker
   exits as soon as its socket to the trainer closes, as it does when the trainer dies however it dies (not
-  `--die-with-parent`, whose signal follows the *thread* that started the worker), and the kernel then
-  kills whatever is left in its PID namespace; each call's child dies with the worker (`PR_SET_PDEATHSIG`);
+  `--die-with-parent`, whose signal follows the *thread* that started the worker). The worker is the PID
+  namespace's init (`--as-pid-1`: no bubblewrap init, which a child could keep alive and which held the trainer's
+  log file), so no signal from inside the namespace reaches it, and when it exits the kernel kills every process
+  left in the namespace, whatever a child did to its own death signal; each call's child dies with the worker
+  (`PR_SET_PDEATHSIG`);
 - its file system is a read-only view of only what the scorer needs (`visible_paths`: the system's library
   directories, the Python installation, the absolute module search path, the worker and the scorer files);
   home directories and the run directories are not in it. The scratch directory, its working directory,
@@ -307,7 +310,7 @@ def visible_paths(scorer: Path) -> list[str]:
 def bwrap_command(scratch: str, scorer: Path, file_mb: int) -> list[str]:
     """The bubblewrap command line that starts a worker behind the boundary (see the module's docstring)."""
     command = [bwrap_binary(), "--unshare-all", "--unshare-user", "--disable-userns", "--uid", str(SANDBOX_UID),
-               "--gid", str(SANDBOX_UID), "--cap-drop", "ALL", "--new-session",
+               "--gid", str(SANDBOX_UID), "--cap-drop", "ALL", "--new-session", "--as-pid-1",
                "--proc", "/proc", "--dev", "/dev"]
     for path in visible_paths(scorer):
         top_level_link = os.path.islink(path) and os.path.dirname(path) == "/"  # /bin -> usr/bin
