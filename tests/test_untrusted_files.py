@@ -98,6 +98,7 @@ def test_names_in_a_shared_report_folder_reach_neither_the_terminal_nor_the_page
     assert "\x1b" not in result.output and "\\x1b]52" in result.output
     page = (shared / "report.html").read_text()
     assert "javascript:" in page and 'href="javascript' not in page.lower()
+    assert "\x1b" not in page  # the title too
 
 
 @pytest.mark.parametrize("name", ["report.json", "study.yaml"])

@@ -6,6 +6,8 @@ import html
 import re
 from dataclasses import dataclass
 
+from credo.io import printable
+
 
 @dataclass(frozen=True)
 class Heading:
@@ -76,24 +78,30 @@ def to_html(blocks: list[Block], title: str) -> str:
     body = []
     for block in blocks:
         if isinstance(block, Heading):
-            body.append(f"<h{block.level}>{html.escape(block.text)}</h{block.level}>")
+            body.append(f"<h{block.level}>{_escape(block.text)}</h{block.level}>")
         elif isinstance(block, Paragraph):
             body.append(f"<p>{_inline(block.text)}</p>")
         elif isinstance(block, Bullets):
             body.append("<ul>" + "".join(f"<li>{_inline(item)}</li>" for item in block.items) + "</ul>")
         elif isinstance(block, Code):
-            body.append(f"<pre>{html.escape(block.text)}</pre>")
+            body.append(f"<pre>{_escape(block.text)}</pre>")
         elif isinstance(block, Table):
-            head = "".join(f"<th>{html.escape(c)}</th>" for c in block.header)
+            head = "".join(f"<th>{_escape(c)}</th>" for c in block.header)
             rows = "".join("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in row) + "</tr>" for row in block.rows)
             body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
         else:
-            body.append(f'<img src="{html.escape(block.path)}" alt="{html.escape(block.alt)}">')
+            body.append(f'<img src="{_escape(block.path)}" alt="{_escape(block.alt)}">')
     style = ("body{font-family:sans-serif;max-width:1200px;margin:2em auto;line-height:1.4}"
              "table{border-collapse:collapse;font-size:90%}td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}"
              "td:first-child,th:first-child{text-align:left}img{max-width:100%}pre{background:#f4f4f4;padding:8px}")
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{_escape(title)}</title>"
             f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n")
+
+
+def _escape(text: str) -> str:
+    """`text` for an HTML page: its markup characters escaped, and its control characters written as escapes
+    (`credo.io.printable`; a page read from a shared folder's names shows them, passes none to a terminal)."""
+    return html.escape(printable(text, None, newlines=True))
 
 
 SAFE_LINK = re.compile(r"(https?://|[A-Za-z0-9_.#/-])[^\s\x00-\x1f]*")
@@ -107,7 +115,7 @@ def _inline(text: str) -> str:
     >>> _inline("[page](plots/a.png) [x](javascript:alert(1)) [y](https://example.org/a)")
     '<a href="plots/a.png">page</a> [x](javascript:alert(1)) <a href="https://example.org/a">y</a>'
     """
-    escaped = html.escape(text)
+    escaped = _escape(text)
     escaped = re.sub(r"`([^`]+)`", r"<code>\1</code>", escaped)
 
     def link(match: re.Match) -> str:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from credo.io import iter_jsonl, write_lines_atomic, write_text_atomic
+from credo.io import iter_jsonl, printable, write_lines_atomic, write_text_atomic
 
 SHADES = 10
 """Steps of colour intensity on each side of zero."""
@@ -406,7 +406,7 @@ def render_page(records: list[dict], *, title: str, scale: str = "page") -> str:
               "through: outside the loss mask. ↵ marks a newline. Hover a token for its raw form and values.</p>")
     style = STYLE + _css_rules("g", "page") + _css_rules("r", "row")
     return (f"<!doctype html><html><head><meta charset='utf-8'><meta name='viewport' content='width=device-width'>"
-            f"<title>{html.escape(title)}</title><style>{style}</style></head><body class=\"{scale}\">"
+            f"<title>{html.escape(printable(title, 200))}</title><style>{style}</style></head><body class=\"{scale}\">"
             f"<h1>{html.escape(title)}</h1>{legend}{key}{body}</body></html>\n")
 
 
