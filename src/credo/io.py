@@ -27,8 +27,9 @@ from pydantic import BaseModel, ValidationError
 log = logging.getLogger(__name__)
 
 
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-_UNPRINTABLE_BUT_NEWLINE = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_CONTROLS = "\x00-\x09\x0b-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+"""What `printable` escapes but the newline (a character class's ranges)."""
+_UNPRINTABLE, _UNPRINTABLE_BUT_NEWLINE = re.compile(f"[\n{_CONTROLS}]"), re.compile(f"[{_CONTROLS}]")
 
 
 def printable(text: str, limit: int | None = 300, *, newlines: bool = False) -> str:

@@ -471,10 +471,11 @@ def record_eval(trainer: Trainer, problems, state: TrainState, *, final: bool = 
 
     result = evaluate(setting)
     for temperature in setting.final_temperatures if final and setting.samples else ():
-        more = evaluate(setting.model_copy(update={"greedy": False, "temperature": temperature}))
-        result = result | {k: v for k, v in at_temperature(more, temperature).items() if k != "by_difficulty"}
-        for difficulty, metrics in at_temperature(more, temperature)["by_difficulty"].items():
+        more = at_temperature(evaluate(setting.model_copy(update={"greedy": False, "temperature": temperature})),
+                              temperature)
+        for difficulty, metrics in more.pop("by_difficulty").items():
             result["by_difficulty"][difficulty] |= metrics
+        result |= more
     record = {"step": state.step, "rollout_tokens": state.rollout_tokens, "wall_s": state.wall_s, "eval": result}
     if token_checkpoint is not None:
         record["token_checkpoint"] = token_checkpoint

@@ -161,8 +161,9 @@ def regime_values(runs: dict[str, list[Run]], report: ReportConfig, difficulty: 
     reported = set.intersection(*(set(r.summary["eval_end"]) for r in every_run))
     curves = [metric] + [k for k in compared_metrics(metric, reported) if k != metric and all(r.has_curve(k) for r in every_run)]
     shortest = min(r.curve(metric, "rollout_tokens").x[-1] for r in every_run)
-    grid = token_grid(every_run, metric, min(shortest, report.auc_tokens or shortest))
-    budget = grid.budget if grid is not None else min(shortest, report.auc_tokens or shortest)
+    up_to = min(shortest, report.auc_tokens or shortest)
+    grid = token_grid(every_run, metric, up_to)
+    budget = grid.budget if grid is not None else up_to
     update_budget = min(r.curve(metric, "updates").x[-1] for r in every_run)
     target = sum(r.summary["eval_end"][metric] for r in finished[report.baseline]) / len(finished[report.baseline])
     cells = {method: {r.seed: SeedValues(

@@ -187,9 +187,8 @@ class JsonlTask(RewardedTask):
     def verify_batch(self, problems: Sequence[Problem], texts: Sequence[str],
                      on_error: str) -> tuple[list[Verdict], int]:
         """The verdicts on a batch and how many verifications failed (`verify_all` calls it when no reward functions
-        are named); math-verify's grading shares `verify_budget_s` fairly among the answers."""
-        if self.config.match != "math":
-            return verify_each(self, self.own_verify, problems, texts, on_error)
+        are named); math-verify's grading shares `verify_budget_s` fairly among the answers (the other matches
+        take no time worth a budget and ignore their share)."""
         share_s = fair_shares(self.config.verify_budget_s, len(texts))
         return verify_each(self, lambda problem, text: self.own_verify(problem, text, share_s()), problems, texts,
                            on_error)
