@@ -28,6 +28,8 @@ The boundary (isolation "bwrap", the default; see docs/security.md), from the ou
   (`sandbox_worker.REFUSED_SYSCALLS`), with `RLIMIT_CPU` (the call's bound, rounded up), `RLIMIT_NOFILE`,
   `RLIMIT_NPROC` and the worker's `RLIMIT_AS` (`memory_mb`, the whole process) and `RLIMIT_FSIZE`
   (`file_mb`); an audit hook names refused operations;
+- where the machine offers one, the worker and its children run in a memory cgroup of their own
+  (`credo.tasks.memory_cgroup`), limited to `memory_mb + file_mb` together, whatever memory no process maps;
 - the worker bounds each reply (`MAX_REPLY_BYTES`), labels it with the request's id and the call's index
   (checked here), empties the scratch directory after each call, and its stdout and stderr are not the
   trainer's (a file, read only if it fails to start, then /dev/null); replies are JSON, never pickle.
@@ -73,6 +75,7 @@ from pathlib import Path
 from typing import Any
 
 from credo.io import printable
+from credo.tasks import memory_cgroup
 from credo.tasks.sandbox_worker import MAX_REPLY_BYTES
 
 log = logging.getLogger(__name__)
@@ -328,12 +331,16 @@ class _Worker:
             raise SandboxUnavailable(f"the {sandbox.name} sandbox needs Linux, not {sys.platform}")
         self.isolated = sandbox.confined and isolated()
         self.scratch = tempfile.mkdtemp(prefix="credo-sandbox-")
+        limits = sandbox.limits
+        self.cgroup = memory_cgroup.create((limits.memory_mb + limits.file_mb) * 2**20)
         parent, child = socket.socketpair()
         self.output = tempfile.TemporaryFile()  # noqa: SIM115 - the worker's stdout and stderr until it is ready
         try:
             command = [sys.executable, "-I", str(WORKER), str(child.fileno())]
             if self.isolated:
-                command = bwrap_command(self.scratch, sandbox.scorer, sandbox.limits.file_mb) + command
+                command = bwrap_command(self.scratch, sandbox.scorer, limits.file_mb) + command
+            if self.cgroup is not None:
+                command = self.cgroup.command(command)
             self.process = subprocess.Popen(command, pass_fds=[child.fileno()], cwd=self.scratch,
                                             env=worker_env(self.scratch), stdin=subprocess.DEVNULL,
                                             stdout=self.output, stderr=self.output, start_new_session=True)
@@ -341,11 +348,12 @@ class _Worker:
             parent.close()
             self.output.close()
             shutil.rmtree(self.scratch, ignore_errors=True)
+            if self.cgroup is not None:
+                self.cgroup.remove()
             raise
         finally:
             child.close()
         self.conn = Connection(parent.detach())
-        limits = sandbox.limits
         settings = {"sys_path": import_paths(), "scorer": str(sandbox.scorer),
                     "memory_mb": limits.memory_mb, "file_mb": limits.file_mb, "isolated": self.isolated}
         status = self._handshake(settings)
@@ -411,6 +419,8 @@ class _Worker:
         self.conn.close()
         self.output.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
+        if self.cgroup is not None:
+            self.cgroup.remove()
 
 
 def _outcome(kind: str, detail: Any, timeout_s: float) -> tuple[Outcome, str]:

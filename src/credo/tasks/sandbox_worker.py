@@ -73,6 +73,7 @@ REFUSED_SYSCALLS = (
     # the child (System V memory held against the worker's limit, a queue carrying state to later answers)
     "sched_setscheduler", "sched_setparam", "sched_setaffinity", "sched_setattr", "setpriority", "ioprio_set",
     # scheduling a later answer's child would inherit through the worker
+    "memfd_create", "memfd_secret",  # memory no process maps, outside `RLIMIT_AS` (64 files of `file_mb` each)
 )
 """System calls that kill a call's child (SIGSYS) in isolation mode: a scorer needs none of them."""
 
