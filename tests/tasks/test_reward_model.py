@@ -4,6 +4,7 @@ TRL's GRPOTrainer scores one, weighted and logged like a function, and a bad pat
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import torch
@@ -114,20 +115,39 @@ def test_a_head_of_another_size_is_a_one_line_error(tmp_path):
         reward_task(tmp_path, [{"model": str(directory)}])
 
 
-class PanicException(BaseException):
-    """As pyo3 names the panic a Rust tokenizer raises (a hostile `tokenizer.json`'s regex): not an Exception."""
+def hostile_reward_model(directory):
+    """A reward model whose `tokenizer.json` first splits on `(a+)+b`, which the regex engine backtracks on: 0.2 s
+    on 22 letters `a`, and a panic (past the engine's retry limit) on 30."""
+    save_reward_model(directory)
+    state = json.loads((directory / "tokenizer.json").read_text())
+    hostile = {"type": "Split", "pattern": {"Regex": "(a+)+b"}, "behavior": "Isolated", "invert": False}
+    state["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [hostile, state["pre_tokenizer"]]}
+    (directory / "tokenizer.json").write_text(json.dumps(state))
+    return directory
 
 
-def test_a_tokenizer_panic_is_a_reward_error_like_any_other(tmp_path, monkeypatch):
-    from credo.tasks.reward_model import RewardModel
+SLOW = ("a" * 22 + "c ") * 40
+"""A response the hostile tokenizer takes about 8 s on, each run of letters under the engine's limit."""
+PANIC = "a" * 30 + "c"
 
-    def panic(self, prompts, completions):
-        raise PanicException("regex engine: stack overflow")
 
-    task = reward_task(tmp_path, [{"model": str(save_reward_model(tmp_path / "rm"))}])
-    monkeypatch.setattr(RewardModel, "texts", panic)
+@pytest.mark.parametrize("hostile", [SLOW, PANIC], ids=["slow", "panic"])
+def test_a_hostile_tokenizer_costs_one_bound_per_row_and_the_other_rows_score(tmp_path, monkeypatch, hostile):
+    """Each row is tokenized in its own sandboxed call: the hostile row overruns its bound (or panics there), is a
+    reward error ("zero": scored 0, counted), and the other rows score as TRL scores them with that tokenizer."""
+    import credo.tasks.bounded_tokenizer as bounded
+
+    monkeypatch.setattr(bounded, "TOKENIZE_SECONDS", 0.5)
+    directory = hostile_reward_model(tmp_path / "rm")
+    task = reward_task(tmp_path, [{"model": str(directory)}])
     rows = task.eval_problems()
-    verdicts, errors = verify_all(task, rows, RESPONSES, "zero")
-    assert errors == 3 and [v.reward for v in verdicts] == [0.0] * 3  # training goes on
-    with pytest.raises(RuntimeError, match="the reward model's tokenizer panicked: .*stack overflow"):
-        verify_all(task, rows, RESPONSES, "raise")
+    responses = [RESPONSES[0], hostile, RESPONSES[2]]
+    started = time.perf_counter()
+    verdicts, errors = verify_all(task, rows, responses, "zero")
+    assert time.perf_counter() - started < 6  # the batch's try and the row's own, each stopped at 0.5 s
+    expected = trl_scores(directory, [rows[0].prompt, rows[2].prompt], [RESPONSES[0], RESPONSES[2]])
+    assert errors == 1 and verdicts[1].reward == 0.0
+    assert [verdicts[0].reward, verdicts[2].reward] == pytest.approx(expected, abs=1e-5)
+    with pytest.raises(RuntimeError, match=r"rm's tokenizer took more than 0.5 s, or failed, on row 1 of 1; .* on "
+                                           r"prompt 'q2'"):  # the batch failed, then that row alone
+        verify_all(task, rows, responses, "raise")

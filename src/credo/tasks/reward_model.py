@@ -8,16 +8,17 @@ TRL's `GRPOTrainer` accepts a model id among its `reward_funcs` and scores with 
 - the text of a row: on a conversational dataset the prompt's messages and the completion's assistant message
   rendered with the reward tokenizer's chat template (`apply_chat_template(prompt + completion, tokenize=False)`,
   no generation prompt); on a plain-text dataset `prompt + completion`;
-- scoring: the batch's texts tokenized together (padding on the right, no special tokens added) and one
-  forward pass without gradients; the reward is `logits[:, 0]`;
+- scoring: the batch's texts tokenized (padding on the right, no special tokens added) and one forward pass
+  without gradients; the reward is `logits[:, 0]`;
 - its name in the logs (`rewards/<name>/mean`) the last part of the model's path.
 
 `RewardModel` does exactly that as a trl-style reward function (`fn(prompts, completions) -> list[float]`), so
 `credo.tasks.rewards` weights, logs and checks it like any other. Unlike TRL it reads only a local directory
 (nothing is downloaded at run time) and never runs code the directory names (`trust_remote_code=False`);
 torch-pickled weights (`*.bin`) load only if they cannot inflate (`credo.io.check_torch_archive`). The chat
-template renders through `credo.tasks.chat.render_chats` (bounded in time and memory, as the policy's), and the
-responses reach the model only as token ids, so no model output is parsed by code. The model sits on the GPU
+template renders through `credo.tasks.chat.render_chats` (bounded in time and memory, as the policy's), the texts
+are tokenized one per sandboxed call, each bounded in time (`credo.tasks.bounded_tokenizer`: a tokenizer's regexes
+come from its directory), and the responses reach the model only as token ids, so no model output is parsed by code. The model sits on the GPU
 when there is one (in the dtype it was saved in), else on the CPU.
 """
 
@@ -31,6 +32,7 @@ import torch
 
 from credo.io import check_torch_archive
 from credo.tasks.base import describe_error
+from credo.tasks.bounded_tokenizer import BoundedTokenizer
 from credo.tasks.chat import render_chats
 
 
@@ -65,7 +67,9 @@ class RewardModel:
             model = AutoModelForSequenceClassification.from_pretrained(
                 directory, num_labels=1, dtype="auto", trust_remote_code=False)
             tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=False)
-        except Exception as error:  # a head of another size, missing weights or tokenizer files, ...
+        except BaseException as error:  # a head of another size, missing files, a tokenizer's panic, ...
+            if not isinstance(error, Exception) and type(error).__name__ != "PanicException":
+                raise
             raise ValueError(f"reward model {path!r} does not load as a sequence-classification model with one "
                              f"label: {describe_error(error)}") from None
         if tokenizer.pad_token_id is None:
@@ -75,6 +79,8 @@ class RewardModel:
         self.tokenizer = tokenizer
         self.__name__ = directory.resolve().name
         """The name TRL logs it under: the last part of its path."""
+        self.tokenize = BoundedTokenizer(tokenizer, f"the reward model {self.__name__}")
+        """The tokenizer on the rows' texts, each in its own call bounded in time (`credo.tasks.bounded_tokenizer`)."""
 
     def texts(self, prompts: Sequence[Any], completions: Sequence[Any]) -> list[str]:
         """Each row's text as TRL builds it: the conversation rendered with the reward model's chat template when
@@ -85,14 +91,8 @@ class RewardModel:
         return [prompt + completion for prompt, completion in zip(prompts, completions)]
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any]) -> list[float]:
-        """The model's scores; a panic of the tokenizer's Rust code (a `BaseException`, as a hostile `tokenizer.json`'s
-        regex can raise) comes out as a RuntimeError, so `rollout.reward_errors` treats it as any reward error."""
-        try:
-            inputs = self.tokenizer(text=self.texts(prompts, completions), return_tensors="pt", padding=True,
-                                    padding_side="right", add_special_tokens=False).to(self.model.device)
-        except BaseException as error:
-            if type(error).__name__ != "PanicException":  # pyo3's, which no module exports to catch by type
-                raise
-            raise RuntimeError(f"the reward model's tokenizer panicked: {describe_error(error)}") from None
+        """The model's scores; a row the tokenizer takes too long on or panics on (a hostile `tokenizer.json`'s regex)
+        is a RuntimeError, so `rollout.reward_errors` treats it as any reward error (row by row, the others scored)."""
+        inputs = self.tokenize(self.texts(prompts, completions)).to(self.model.device)
         with torch.inference_mode():
             return self.model(**inputs).logits[:, 0].float().tolist()

@@ -20,7 +20,8 @@ The boundary (isolation "bwrap", the default; see docs/security.md), from the ou
   left in the namespace, whatever a child did to its own death signal; each call's child dies with the worker
   (`PR_SET_PDEATHSIG`);
 - its file system is a read-only view of only what the scorer needs (`visible_paths`: the system's library
-  directories, the Python installation, the absolute module search path, the worker and the scorer files);
+  directories, the Python installation, the absolute module search path, the worker, the scorer files and the
+  files a scorer reads, such as a tokenizer's);
   home directories and the run directories are not in it. The scratch directory, its working directory,
   `HOME` and `TMPDIR`, is a fresh tmpfs of `file_mb` MiB, the only writable place;
 - each call's child loads a seccomp filter (libseccomp, through `pyseccomp`) that kills it on any attempt
@@ -169,8 +170,10 @@ atexit.register(_shutdown_all)
 class Sandbox:
     """Calls of one scorer module's functions in a sandboxed worker (started on first use)."""
 
-    def __init__(self, name: str, scorer: str | Path, limits: Limits = Limits(), *, confined: bool = True) -> None:
-        """`scorer`: a module's name in `credo/tasks/scorers/`, or the path of a scorer module file.
+    def __init__(self, name: str, scorer: str | Path, limits: Limits = Limits(), *, confined: bool = True,
+                 files: tuple[Path, ...] = ()) -> None:
+        """`scorer`: a module's name in `credo/tasks/scorers/`, or the path of a scorer module file; `files`: files
+        the scorer reads (a tokenizer's), added read-only to the worker's view.
 
         `confined=False` starts the worker without the operating-system boundary whatever
         `CREDO_SANDBOX_ISOLATION` says (a fresh child per call, the limits and the time bound still hold): for
@@ -179,6 +182,7 @@ class Sandbox:
         self.scorer = scorer if isinstance(scorer, Path) else SCORERS / f"{scorer}.py"
         self.limits = limits
         self.confined = confined
+        self.files = files
         self.failures = 0
         """Failed calls so far (overruns, deaths, limits, refused operations)."""
         self._lock = threading.Lock()
@@ -298,11 +302,12 @@ def import_paths() -> list[str]:
     return [p for p in sys.path if p and os.path.isabs(p) and str(Path(p).resolve()) not in refused]
 
 
-def visible_paths(scorer: Path) -> list[str]:
+def visible_paths(scorer: Path, files: tuple[Path, ...] = ()) -> list[str]:
     """What a worker sees, read-only: `SYSTEM_PATHS`, the Python installation, the module search path as the worker
-    gets it (`import_paths`), the worker and the scorer; each existing path once, none inside another."""
+    gets it (`import_paths`), the worker, the scorer and the files it reads; each existing path once, none inside
+    another."""
     paths = [*SYSTEM_PATHS, sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-             *import_paths(), str(WORKER), str(scorer)]
+             *import_paths(), str(WORKER), str(scorer), *map(str, files)]
     kept: list[str] = []
     for path in sorted({os.path.abspath(p) for p in paths if os.path.lexists(p)}):
         if not any(path.startswith(k.rstrip("/") + "/") for k in kept):
@@ -310,12 +315,12 @@ def visible_paths(scorer: Path) -> list[str]:
     return kept
 
 
-def bwrap_command(scratch: str, scorer: Path, file_mb: int) -> list[str]:
+def bwrap_command(scratch: str, scorer: Path, file_mb: int, files: tuple[Path, ...] = ()) -> list[str]:
     """The bubblewrap command line that starts a worker behind the boundary (see the module's docstring)."""
     command = [bwrap_binary(), "--unshare-all", "--unshare-user", "--disable-userns", "--uid", str(SANDBOX_UID),
                "--gid", str(SANDBOX_UID), "--cap-drop", "ALL", "--new-session", "--as-pid-1",
                "--proc", "/proc", "--dev", "/dev"]
-    for path in visible_paths(scorer):
+    for path in visible_paths(scorer, files):
         top_level_link = os.path.islink(path) and os.path.dirname(path) == "/"  # /bin -> usr/bin
         command += ["--symlink", os.readlink(path), path] if top_level_link else ["--ro-bind", path, path]
     command += ["--size", str(file_mb * 2**20), "--tmpfs", scratch, "--chdir", scratch,
@@ -338,7 +343,7 @@ class _Worker:
         try:
             command = [sys.executable, "-I", str(WORKER), str(child.fileno())]
             if self.isolated:
-                command = bwrap_command(self.scratch, sandbox.scorer, limits.file_mb) + command
+                command = bwrap_command(self.scratch, sandbox.scorer, limits.file_mb, sandbox.files) + command
             if self.cgroup is not None:
                 command = self.cgroup.command(command)
             self.process = subprocess.Popen(command, pass_fds=[child.fileno()], cwd=self.scratch,
