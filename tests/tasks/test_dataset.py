@@ -293,7 +293,8 @@ def test_a_parquet_file_of_millions_of_rows_in_kilobytes_is_refused_before_it_in
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from credo.tasks.dataset import MAX_ROWS, read_rows
+    from credo.tasks.data_limits import MAX_ROWS
+    from credo.tasks.dataset import read_rows
 
     path = tmp_path / "bomb.parquet"
     rows = MAX_ROWS * 5 // 2
@@ -302,3 +303,50 @@ def test_a_parquet_file_of_millions_of_rows_in_kilobytes_is_refused_before_it_in
     assert path.stat().st_size < 2**20
     with pytest.raises(ValueError, match=r"bomb.parquet: 5,000,000 rows, .* above the 2,000,000 rows"):
         read_rows(path)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "zero"])
+@pytest.mark.parametrize("reader", ["jsonl", "json"])
+def test_a_json_lines_path_that_is_a_fifo_or_dev_zero_is_refused_at_once(tmp_path, kind, reader):
+    """A FIFO would block the read forever and `/dev/zero` never end it: both are refused before the read (the
+    read runs in a thread so that a regression fails the test instead of hanging it)."""
+    import os
+    import threading
+
+    from credo.tasks.dataset import read_rows
+    from credo.tasks.jsonl import read_problems
+
+    path = tmp_path / "data.jsonl"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+    errors: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            (read_problems if reader == "jsonl" else read_rows)(path)
+        except BaseException as error:  # noqa: BLE001 - the test inspects it
+            errors.append(error)
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive() and errors and "not a regular file" in str(errors[0])
+
+
+def test_json_lines_larger_or_longer_than_credo_reads_are_refused(tmp_path, monkeypatch):
+    import credo.tasks.data_limits as limits
+    from credo.tasks.dataset import read_rows
+    from credo.tasks.jsonl import read_problems
+
+    path = tmp_path / "data.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"q{i}", "answer": str(i)}) + "\n" for i in range(50)))
+    monkeypatch.setattr(limits, "MAX_ROWS", 20)
+    for read in (read_problems, read_rows):
+        with pytest.raises(limits.TooLarge, match=r"data.jsonl: (21|50) rows, above the 20"):
+            read(path)
+    monkeypatch.setattr(limits, "MAX_TEXT_BYTES", 1000)
+    for read in (read_problems, read_rows):
+        with pytest.raises(ValueError, match=r"data.jsonl: 1,[0-9]{3} bytes, above the 1,000 bytes"):
+            read(path)

@@ -41,6 +41,7 @@ from pydantic import model_validator
 from credo.extras import require
 from credo.tasks.base import TASKS, Problem, short_repr
 from credo.tasks.chat import ChatPrompt, check_messages, with_instruction, with_system
+from credo.tasks.data_limits import TooLarge, check_parquet_size, check_rows, check_text_file
 from credo.tasks.jsonl import JsonlConfig, JsonlTask
 
 FORMATS = {".parquet": "parquet", ".json": "json", ".jsonl": "json", ".arrow": "arrow"}
@@ -113,32 +114,6 @@ def _quiet(datasets: Any) -> Iterator[None]:
             logging.enable_progress_bar()
 
 
-MAX_ROWS = 2_000_000
-"""The most rows a dataset file may hold: its rows become Python dicts in memory (hundreds of bytes each at least),
-and a parquet file compresses millions of repeated rows into kilobytes (5M rows in 33 KB once reached a MemoryError
-at 1 GiB)."""
-
-MAX_PARQUET_BYTES = 4 * 2**30
-"""The most bytes a parquet file's columns may take uncompressed (its footer says so before anything inflates)."""
-
-
-class TooLarge(ValueError):
-    """A dataset file that declares more than credo reads into memory."""
-
-
-def check_parquet_size(path: Path) -> None:
-    """A `TooLarge` naming `path` if its footer declares more than `MAX_ROWS` rows or `MAX_PARQUET_BYTES` bytes
-    uncompressed, read before any column is decompressed."""
-    import pyarrow.parquet as pq
-
-    metadata = pq.ParquetFile(path).metadata
-    inflated = sum(metadata.row_group(i).total_byte_size for i in range(metadata.num_row_groups))
-    if metadata.num_rows > MAX_ROWS or inflated > MAX_PARQUET_BYTES:
-        raise TooLarge(f"{path}: {metadata.num_rows:,} rows, {inflated / 2**20:,.0f} MiB uncompressed, above the "
-                         f"{MAX_ROWS:,} rows and {MAX_PARQUET_BYTES / 2**30:g} GiB a dataset file may hold in memory "
-                         "(split it, or sample the rows you train on)")
-
-
 def read_rows(path: str | Path, given: str = "auto") -> list[dict[str, Any]]:
     """The rows of a local dataset file (or `save_to_disk` directory) as dicts; errors name the file."""
     datasets = datasets_module()
@@ -155,6 +130,7 @@ def read_rows(path: str | Path, given: str = "auto") -> list[dict[str, Any]]:
                     check_parquet_size(path)
                 data = datasets.Dataset.from_parquet(str(path))
             elif kind == "json":
+                check_text_file(path)
                 data = datasets.Dataset.from_json(str(path))
             elif path.is_dir():
                 data = datasets.load_from_disk(str(path))
@@ -168,9 +144,7 @@ def read_rows(path: str | Path, given: str = "auto") -> list[dict[str, Any]]:
     if isinstance(data, datasets.DatasetDict):
         raise ValueError(f"{path} holds a DatasetDict (splits {', '.join(data)}); point path at one split's "
                          f"directory, e.g. {path / next(iter(data))}")
-    if data.num_rows > MAX_ROWS:
-        raise TooLarge(f"{path}: {data.num_rows:,} rows, above the {MAX_ROWS:,} a dataset file may hold in memory "
-                         "(split it, or sample the rows you train on)")
+    check_rows(path, data.num_rows)
     rows = data.to_list()
     if not rows:
         raise ValueError(f"{path}: no rows")

@@ -27,6 +27,7 @@ from pydantic import Field, model_validator
 from credo.extras import require
 from credo.tasks.base import TASKS, Problem, Verdict, fair_shares, seeded_epochs, verify_each
 from credo.tasks.chat import with_instruction
+from credo.tasks.data_limits import check_rows, check_text_file
 from credo.tasks.rewards import CustomReward, RewardedTask, RewardOptions
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
@@ -66,10 +67,12 @@ class JsonlConfig(RewardOptions):
 
 
 def read_problems(path: str | Path) -> list[Problem]:
-    """Parse a JSONL file (records separated by "\n"; "\r\n" too); errors name the file and line."""
+    """Parse a JSONL file (records separated by "\n"; "\r\n" too); errors name the file and line. The file is
+    checked first (`credo.tasks.data_limits`: a regular file, its size and rows bounded)."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"JSONL task file {path} does not exist")
+    check_text_file(path)
     problems = []
     # JSON lines end at "\n" alone: `str.splitlines` would also split at U+2028, U+0085 and other breaks that JSON
     # strings may hold raw, and refuse a valid line.
@@ -88,6 +91,7 @@ def read_problems(path: str | Path) -> list[Problem]:
             if wrong:
                 raise ValueError(f'{path}:{number}: "{field}" must be {what}, got {json.dumps(value)[:60]}')
         problems.append(Problem(record["prompt"], str(record["answer"]), str(record.get("difficulty", "all"))))
+        check_rows(path, len(problems))
     if not problems:
         raise ValueError(f"{path}: no problems")
     return problems
