@@ -47,7 +47,8 @@ REGIMES = {**POWERED, "long, sampled": ("long-study/main", "default"),
            "decisive, retuned": ("long-study/decisive-fragile", "decisive")}
 CLAIM = re.compile(r"(?P<regime>" + "|".join(map(re.escape, sorted(REGIMES, key=len, reverse=True))) + r"):|"
                    r"`(?P<method>[^`]+)`(?: vs `(?P<like>[^`]+)`)? "
-                   r"(?P<verdict>beats|falls behind|not distinguishable) \((?P<p><0\.001|\d\.\d{3})[;)]")
+                   r"(?:(?P<verdict>beats|falls behind|not distinguishable) \((?P<p><0\.001|\d\.\d{3})|"
+                   r"(?P<descriptive>descriptive) \((?P<mean>[+-]\d\.\d{3}))[;),]")
 
 
 def _committed_results() -> dict:
@@ -65,7 +66,8 @@ def _committed_results() -> dict:
 def test_scope_holm_column_holds_the_reports_verdicts() -> None:
     """Every row's "survives Holm" cell (the long-horizon regime's too) says yes or partly and quotes verdicts
     (`method` [vs `like`] verdict (Holm p), each after the regime it is in) that are the committed reports' under
-    Holm's correction."""
+    Holm's correction, or a survey's description (`method` descriptive (mean difference)) where it has too few
+    seeds for a verdict."""
     from credo.study.tables import p_text
 
     results = _committed_results()
@@ -84,7 +86,10 @@ def test_scope_holm_column_holds_the_reports_verdicts() -> None:
             contrast = row.auc_vs_baseline if m["like"] is None else row.auc_vs_like
             if m["like"] is not None:
                 assert row.like_for_like == m["like"], m[0]
-            assert (contrast.verdict, p_text(contrast.p_holm)) == (m["verdict"], m["p"]), f"{regime}: {m[0]}"
+            if m["descriptive"]:  # a survey's contrast on fewer seeds than a verdict needs: its mean, no test
+                assert (contrast.verdict, f"{contrast.estimate.mean:+.3f}") == ("descriptive", m["mean"]), m[0]
+            else:
+                assert (contrast.verdict, p_text(contrast.p_holm)) == (m["verdict"], m["p"]), f"{regime}: {m[0]}"
             claims += 1
         assert claims, cell
         checked += 1
@@ -108,16 +113,16 @@ def test_powered_study_tables_are_the_scripts_output() -> None:
     assert shown == printed
 
 
-def test_readme_headline_is_the_scripts_output() -> None:
-    """The README's headline table is what the command it names prints for the committed long-study reports."""
+def test_the_verdicts_page_is_the_scripts_output_and_the_readme_links_it() -> None:
+    """The long study's verdicts page is what `reports.sh`'s study_verdicts.py command prints for the committed
+    reports, and the README's short findings link it (the front page holds no table of its own)."""
     from example_scripts import load_example
 
-    readme = (ROOT / "README.md").read_text()
-    command = re.search(r"`python examples/study_verdicts\.py ([^`]+)`", readme)
-    assert command, "the README names no study_verdicts.py command"
-    folders = [ROOT / folder for folder in command[1].split()]
-    assert RESULTS / "long-study" / "main" in folders
-    assert load_example("study_verdicts").table(folders) in readme
+    script = (RESULTS / "long-study" / "reports.sh").read_text()
+    folders = re.search(r'for output in ([^;]+); do\n  \[ -f "\$O/\$output/report.json" \]', script)[1].split()
+    page = (RESULTS / "long-study" / "verdicts.md").read_text()
+    assert page == load_example("study_verdicts").table([RESULTS / "long-study" / f for f in folders]) + "\n"
+    assert "](docs/results/long-study/verdicts.md)" in (ROOT / "README.md").read_text()
 
 
 def _readme_text() -> dict[str, str]:

@@ -102,12 +102,11 @@ class ReportConfig(Section):
     exploratory: list[str] = Field(default_factory=list)
     """Cells added after results were seen, labelled exploratory (a study plan's rule): their contrasts keep their
     raw 95% intervals and are read at the raw p, outside the Holm family, so adding one changes no planned verdict."""
-    min_verdict_seeds: int = Field(2, ge=2)
+    min_verdict_seeds: int = Field(4, ge=2)
     """The fewest paired seeds a contrast needs for a test and a verdict; under it (a survey) it is descriptive: its
     mean and per-seed differences, no p, no verdict, outside the Holm family. At 2-3 seeds a t-test's interval rests
-    on 1-2 degrees of freedom and an exact test cannot reach any corrected level, so a study plan sets 4
-    (docs/guides/studies.md, "Surveys"); the default 2 keeps the committed reports' verdicts as they were drawn until
-    they are redrawn under the protocol."""
+    on 1-2 degrees of freedom and an exact test cannot reach any corrected level (docs/guides/studies.md,
+    "Surveys"); a study that wants verdicts from fewer seeds says so here, and its report says what that rests on."""
     equivalence_margin: float | None = Field(None, gt=0)
     """The margin of "equivalent", stated in the plan before the runs: a contrast that does not beat or fall behind
     is "equivalent" where two one-sided t-tests (TOST, Holm over the family) put it inside +/- this margin; None:

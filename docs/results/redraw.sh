@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Every committed report drawn again with the current `credo report` (estimators, rules and text), one command:
+# the studies whose run records are kept from those records (the long study's reports.sh, the headroom map and its
+# step-size part), every other from its own folder (`--from-json`: its per-seed values where it kept them, else
+# its rows). Then the tables other pages quote are made again by the scripts that made them (map.py, reports.sh).
+# Usage, from the repository root: bash docs/results/redraw.sh
+set -euo pipefail
+R=docs/results
+bash $R/long-study/reports.sh
+credo report $R/headroom/records/headroom-map -o $R/headroom/map
+python $R/headroom/map.py > /dev/null
+bash $R/headroom/step_size.sh
+for folder in credit-decisive credit-hard credit-nocancel testbed-hard testbed-hard-fixes testbed-hard-step-credit \
+              testbed-hard-vine-k testbed-hard-tuning long-horizon/pilot; do
+  credo report $R/$folder --from-json --html
+done
+for folder in long-horizon/pilot4 long-horizon/pilot4-fit; do
+  credo report $R/$folder --from-json
+done
