@@ -685,6 +685,24 @@ def test_the_update_size_column_appears_when_the_runs_logged_it(study_dir):
     assert header.rstrip().endswith("update size |")
 
 
+def test_a_gain_from_larger_steps_is_flagged_until_a_matched_step_control_reads_it(study_dir):
+    """A cell that beats the baseline with updates 1.82x the baseline's size gets a finding that says so (a larger
+    step alone shows up as an early gain); at the baseline's own update size it gets none."""
+    def log_update_sizes(better: float) -> str:
+        for method in CURVES:
+            for seed in SHIFT:
+                path = study_dir / "default" / method / f"seed{seed}" / "summary.json"
+                summary = json.loads(path.read_text())
+                size = better if method == "better" else 0.01 + 0.002 * seed
+                path.write_text(json.dumps({**summary, "update_norm": size}))
+        write_report(study_dir)
+        return (study_dir / "report.md").read_text()
+
+    finding = next(line for line in log_update_sizes(0.02).splitlines() if line.startswith("- `better`"))
+    assert "beats `grpo`" in finding and "its updates are 1.82x the baseline's in size" in finding
+    assert "the baseline's in size" not in log_update_sizes(0.011)
+
+
 def test_an_exploratory_study_says_so_first(study_dir):
     study = yaml.safe_load((study_dir / "study.yaml").read_text())
     (study_dir / "study.yaml").write_text(yaml.safe_dump({**study, "exploratory": True, "pilot_seeds": [1, 9]}))

@@ -296,6 +296,25 @@ def secondary_clause(row: MethodRow) -> str:
                    for name, c in row.secondary_vs_baseline.items())
 
 
+STEP_SIZE_TOLERANCE = 1.1
+"""A cell whose mean update size is more than this multiple of the baseline's moves the policy further per batch."""
+
+
+def step_size_clause(row: MethodRow, base: MethodRow) -> str:
+    """For a gain whose cell takes larger steps than the baseline (mean update size over `STEP_SIZE_TOLERANCE` x the
+    baseline's): a clause saying so, since a larger step alone shows up as an early gain
+    (docs/guides/studies.md, "The report"); "" otherwise."""
+    gain = row.auc_vs_baseline
+    if (gain is None or gain.estimate.mean <= 0 or gain.verdict == "falls behind" or row.update_norm is None
+            or base.update_norm is None or base.update_norm.mean <= 0):
+        return ""
+    ratio = row.update_norm.mean / base.update_norm.mean
+    if ratio <= STEP_SIZE_TOLERANCE:
+        return ""
+    return (f"; its updates are {ratio:.2f}x the baseline's in size, so before this gain is called credit, compare "
+            "the baseline at a matched step size (a larger learning rate or more mini-batches)")
+
+
 def findings(result: DifficultyResult, report: ReportConfig) -> list[str]:
     """Plain-word sentences: each method against the baseline, and against the oracle's gain."""
     rows = {r.method: r for r in result.rows}
@@ -308,8 +327,8 @@ def findings(result: DifficultyResult, report: ReportConfig) -> list[str]:
         gain = oracle.auc_vs_baseline
         out.append(disagreement_sentence(oracle, result, report.baseline)
                    + f"The yardstick `{report.oracle}` {verb(gain)} `{report.baseline}` (paired difference of the "
-                   f"areas {tested(gain)}{secondary_clause(oracle)}); a method's share of this gain says how much of "
-                   "perfect blame it recovers.")
+                   f"areas {tested(gain)}{secondary_clause(oracle)}{step_size_clause(oracle, base)}); a method's "
+                   "share of this gain says how much of perfect blame it recovers.")
     largest = next((m for m in result.metrics if m.startswith("pass@") and m != "pass@1"), None)
     for row in result.rows:
         if row.method in (report.baseline, report.oracle) or row.auc_vs_baseline is None:
@@ -320,7 +339,7 @@ def findings(result: DifficultyResult, report: ReportConfig) -> list[str]:
                     f"{tested(diff)})")
         if row.auc_vs_like is not None:
             sentence += f"; it {verb(row.auc_vs_like)} its like-for-like `{row.like_for_like}` ({tested(row.auc_vs_like)})"
-        sentence += secondary_clause(row)
+        sentence += secondary_clause(row) + step_size_clause(row, base)
         if largest and largest in row.final_vs_baseline:
             sentence += f"; final {largest} {signed(row.final_vs_baseline[largest])} against the baseline's"
         if row.share is not None:
