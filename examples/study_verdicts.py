@@ -26,7 +26,7 @@ import yaml
 
 from credo.study.analysis import Contrast, DifficultyResult
 from credo.study.results import results_from_json
-from credo.study.tables import bracketed, verdict_cell
+from credo.study.tables import bracketed, difference_cell, verdict_cell
 
 
 def columns(folders: list[Path]) -> dict[str, DifficultyResult]:
@@ -51,9 +51,12 @@ def columns(folders: list[Path]) -> dict[str, DifficultyResult]:
 
 
 def cell(contrast: Contrast | None) -> str:
-    """`+0.026 [+0.018, +0.034] beats (0.001)`: the raw interval and the Holm verdict with its adjusted p."""
+    """`+0.026 [+0.018, +0.034] beats (0.001)`: the raw interval and the Holm verdict with its adjusted p; a survey's
+    contrast (too few seeds for a test) its mean and per-seed values: `+0.020 (per seed +0.010, +0.030), descriptive`."""
     if contrast is None:
         return "–"
+    if contrast.descriptive:
+        return f"{difference_cell(contrast)}, descriptive"
     if contrast.p is None:
         return f"{contrast.estimate.mean:+.3f} (one seed)"
     return f"{bracketed(contrast.estimate)} {verdict_cell(contrast)}"

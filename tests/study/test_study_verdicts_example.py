@@ -51,6 +51,8 @@ def test_cells_carry_the_raw_interval_and_the_holm_verdict():
     verdicts = load_example("study_verdicts")
     assert verdicts.cell(None) == "–"
     assert verdicts.cell(Contrast(Estimate(0.02, None, None, 1), None, None)) == "+0.020 (one seed)"
+    survey = Contrast(Estimate(0.02, 0.0, 0.04, 2), 0.014, None, values=(0.01, 0.03), descriptive=True)
+    assert verdicts.cell(survey) == "+0.020 (per seed +0.010, +0.030), descriptive"
     assert verdicts.cell(Contrast(Estimate(0.01, -0.01, 0.03, 6), 0.02, 0.3, 0.6)) == \
         "+0.010 [-0.010, +0.030] not distinguishable (0.600)"
     # a raw interval that excludes 0, not significant after Holm
