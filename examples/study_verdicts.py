@@ -13,8 +13,10 @@ its minimum detectable effect after the correction (`credo.study.analysis.Family
 the median paired sd of the contrasts at the baseline's seed count). With `--common` the table keeps only the rows
 every column has a number for (the methods and pairs all studies ran); the family and its detectable effect still
 count every contrast of each column. Two folders that report the same study (`credo report --metric` on the same
-runs, as the long study's `main` and `main-greedy`) give a column each, named by their headline metric, and a last
-column `study · difficulty: verdicts agree` says per row whether their Holm verdicts are the same word (yes / no).
+runs) give a column each, named by their headline metric, as does each secondary endpoint of a regime
+(`report.secondary`: its verdicts are in the regime's one Holm family, so the family's size and detectable effect are
+given once); a last column `study · difficulty: verdicts agree` says per row whether the Holm verdicts of one regime's
+metrics are the same word (yes / no).
 """
 
 from __future__ import annotations
@@ -24,30 +26,43 @@ from pathlib import Path
 
 import yaml
 
-from credo.study.analysis import Contrast, DifficultyResult
+from credo.study.analysis import Contrast, DifficultyResult, MethodRow
 from credo.study.results import results_from_json
 from credo.study.tables import bracketed, difference_cell, verdict_cell
 
 
-def columns(folders: list[Path]) -> dict[str, DifficultyResult]:
-    """`{"study · difficulty": result}` for every difficulty of every report folder that has results; where two
-    folders report the same study (`credo report --metric` on the same runs), every column also names its headline
-    metric: `"study · difficulty · metric"`."""
-    found = []
+def columns(folders: list[Path]) -> dict[str, tuple[DifficultyResult, str | None]]:
+    """`{"study · difficulty": (result, None)}` for every difficulty of every report folder that has results, and
+    `{"study · difficulty · endpoint": (result, endpoint)}` for each of its secondary endpoints (`report.secondary`,
+    verdicts in the same Holm family); where a regime has secondary endpoints, or two folders report the same study
+    (`credo report --metric` on the same runs), every column also names its metric: `"study · difficulty · metric"`."""
+    found: list[tuple[str, DifficultyResult, str | None]] = []
     for folder in folders:
         for name in ("study.yaml", "report.json"):
             if not (folder / name).is_file():
                 sys.exit(f"study_verdicts.py: {folder}: no {name}; give report folders written by `credo report`")
         study = yaml.safe_load((folder / "study.yaml").read_text())
         for difficulty, report in results_from_json(folder, study).items():
-            if report is not None:
-                found.append((f"{study['name']} · {difficulty}", report.result))
-    names = [name for name, _ in found]
+            if report is None:
+                continue
+            head = f"{study['name']} · {difficulty}"
+            endpoints = list(dict.fromkeys(e for r in report.result.rows for e in r.secondary_vs_baseline))
+            found.append((f"{head} · {report.result.metric}" if endpoints else head, report.result, None))
+            found += [(f"{head} · {e}", report.result, e) for e in endpoints]
+    names = [name for name, _, _ in found]
     if len(set(names)) < len(names):
-        names = [f"{name} · {result.metric}" for name, result in found]
+        names = [name if endpoint or name.count(" · ") > 1 else f"{name} · {result.metric}"
+                 for name, result, endpoint in found]
     if len(set(names)) < len(names):
         sys.exit(f"study_verdicts.py: two report folders give the same study, difficulty and metric: {names}")
-    return dict(zip(names, (result for _, result in found)))
+    return {name: (result, endpoint) for name, (_, result, endpoint) in zip(names, found)}
+
+
+def contrast_of(row: MethodRow | None, endpoint: str | None) -> Contrast | None:
+    """A method's contrast to the baseline on the column's metric: the headline's, or a secondary endpoint's."""
+    if row is None:
+        return None
+    return row.auc_vs_baseline if endpoint is None else row.secondary_vs_baseline.get(endpoint)
 
 
 def cell(contrast: Contrast | None) -> str:
@@ -62,14 +77,13 @@ def cell(contrast: Contrast | None) -> str:
     return f"{bracketed(contrast.estimate)} {verdict_cell(contrast)}"
 
 
-def same_runs(names: list[str], found: dict[str, DifficultyResult]) -> dict[str, list[str]]:
-    """The columns that report the same study and difficulty on different headline metrics (named
-    `study · difficulty · metric` by `columns`), grouped by `study · difficulty`: groups of two or more only."""
+def same_runs(names: list[str]) -> dict[str, list[str]]:
+    """The columns that report the same study and difficulty on different metrics (named `study · difficulty ·
+    metric` by `columns`), grouped by `study · difficulty`: groups of two or more only."""
     groups: dict[str, list[str]] = {}
     for name in names:
-        head, _, metric = name.rpartition(" · ")
-        if head and metric == found[name].metric:
-            groups.setdefault(head, []).append(name)
+        if name.count(" · ") > 1:
+            groups.setdefault(name.rsplit(" · ", 1)[0], []).append(name)
     return {head: group for head, group in groups.items() if len(group) > 1}
 
 
@@ -85,9 +99,9 @@ def agreement(contrasts: list[Contrast | None]) -> str:
 def table(folders: list[Path], common: bool = False) -> str:
     found = columns(folders)
     names = list(found)
-    groups = same_runs(names, found)
-    methods = list(dict.fromkeys(r.method for result in found.values() for r in result.rows))
-    by_column = {name: {r.method: r for r in result.rows} for name, result in found.items()}
+    groups = same_runs(names)
+    methods = list(dict.fromkeys(r.method for result, _ in found.values() for r in result.rows))
+    by_column = {name: {r.method: r for r in result.rows} for name, (result, _) in found.items()}
     heads = names + [f"{head}: verdicts agree" for head in groups]
     lines = ["| method | " + " | ".join(heads) + " |", "|---|" + "---|" * len(heads)]
 
@@ -99,19 +113,25 @@ def table(folders: list[Path], common: bool = False) -> str:
         lines.append(f"| {label} | " + " | ".join(cells + agree) + " |")
 
     for method in methods:
-        if all(by_column[n].get(method) is None or by_column[n][method].auc_vs_baseline is None for n in names):
-            continue
-        row(f"`{method}`", {n: by_column[n][method].auc_vs_baseline if method in by_column[n] else None for n in names})
-    pairs = dict.fromkeys((r.method, r.like_for_like) for result in found.values() for r in result.rows
+        contrasts = {n: contrast_of(by_column[n].get(method), found[n][1]) for n in names}
+        if any(c is not None for c in contrasts.values()):
+            row(f"`{method}`", contrasts)
+    pairs = dict.fromkeys((r.method, r.like_for_like) for result, _ in found.values() for r in result.rows
                           if r.like_for_like)
-    for method, like in pairs:
-        row(f"`{method}` vs `{like}`", {n: by_column[n][method].auc_vs_like if method in by_column[n] and
-                                        by_column[n][method].like_for_like == like else None for n in names})
-    families = [found[n].family for n in names]
+    for method, like in pairs:  # like-for-like contrasts are the headline metric's
+        row(f"`{method}` vs `{like}`", {n: by_column[n][method].auc_vs_like if found[n][1] is None and
+                                        method in by_column[n] and by_column[n][method].like_for_like == like
+                                        else None for n in names})
+    families = {}
+    for n in names:  # a regime's secondary endpoints share its one family: its numbers once, under its first column
+        result = found[n][0]
+        families[n] = result.family if all(found[m][0] is not result for m in names[:names.index(n)]) else None
     blank = [""] * len(groups)
-    lines.append("| contrasts in the Holm family (m) | " + " | ".join([str(f.size) for f in families] + blank) + " |")
+    lines.append("| contrasts in the Holm family (m) | " + " | ".join(
+        ["(same family)" if f is None else str(f.size) for f in families.values()] + blank) + " |")
     lines.append("| MDE at 80% power after Holm (level 0.05 / m) | " + " | ".join(
-        ["–" if f.mde is None else f"{f.mde:.3f} ({f.seeds} seeds)" for f in families] + blank) + " |")
+        ["(same family)" if f is None else "–" if f.mde is None else f"{f.mde:.3f} ({f.seeds} seeds)"
+         for f in families.values()] + blank) + " |")
     return "\n".join(lines)
 
 

@@ -10,10 +10,11 @@ from test_report import CURVES, SHIFT, make_run
 from credo.study.report import write_report
 
 
-def written_report(root, name, like_for_like=None, skip=()):
+def written_report(root, name, like_for_like=None, skip=(), secondary=()):
     study = {"name": name, "seeds": [0, 1], "methods": {m: {"config": f"{m}.yaml"} for m in CURVES},
              "difficulties": {"default": {}}, "report": {"baseline": "grpo", "oracle": "oracle_blame",
-                                                         "like_for_like": like_for_like or {}, "min_verdict_seeds": 2}}
+                                                         "like_for_like": like_for_like or {}, "min_verdict_seeds": 2,
+                                                         "secondary": list(secondary)}}
     root.mkdir()
     (root / "study.yaml").write_text(yaml.safe_dump(study))
     for method, ys in CURVES.items():
@@ -97,8 +98,8 @@ def test_common_keeps_the_rows_every_report_has(tmp_path):
 
 
 def test_two_reports_of_the_same_runs_get_a_column_each_named_by_their_metric(tmp_path):
-    """`credo report --metric` on the same runs (the long study's `main` and `main-greedy`): the same study and
-    difficulty, so each column names its headline metric instead of the second replacing the first."""
+    """`credo report --metric` on the same runs: the same study and difficulty, so each column names its headline
+    metric instead of the second replacing the first."""
     verdicts = load_example("study_verdicts")
     greedy = written_report(tmp_path / "a", "same")  # the study's headline: greedy pass@1
     sampled = tmp_path / "sampled"
@@ -110,6 +111,22 @@ def test_two_reports_of_the_same_runs_get_a_column_each_named_by_their_metric(tm
     # pass@1 is half of greedy pass@1 in every run (test_report.make_run), and so is each difference
     assert rows["`better`"] == ("| `better` | +0.150 [+0.150, +0.150] beats (<0.001) | "
                                 "+0.075 [+0.075, +0.075] beats (<0.001) | yes |")
+
+
+def test_a_secondary_endpoint_gets_a_column_in_its_regimes_one_family(tmp_path):
+    """`report.secondary` (the long study's greedy pass@1 since the protocol issue): a column of its own, named by
+    its metric, its verdicts from the same Holm family as the headline's, whose size is given once; like-for-like
+    pairs are the headline's alone."""
+    verdicts = load_example("study_verdicts")
+    report = written_report(tmp_path / "a", "joint", like_for_like={"better": "worse"}, secondary=["pass@1"])
+    lines = verdicts.table([report]).splitlines()
+    assert lines[0] == ("| method | joint · default · greedy_pass@1 | joint · default · pass@1 | "
+                        "joint · default: verdicts agree |")
+    rows = {line.split(" | ")[0].removeprefix("| "): line for line in lines[2:]}
+    assert rows["`better`"] == ("| `better` | +0.150 [+0.150, +0.150] beats (<0.001) | "
+                                "+0.075 [+0.075, +0.075] beats (<0.001) | yes |")
+    assert rows["`better` vs `worse`"] == "| `better` vs `worse` | +0.250 [+0.250, +0.250] beats (<0.001) | – | – |"
+    assert lines[-2] == "| contrasts in the Holm family (m) | 7 | (same family) |  |"  # 3 + 1 like-for-like + 3
 
 
 def test_agreement_compares_the_verdict_words():

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Every report of the long-horizon study (docs/results/long-study/plan.md), tables and figures, from the committed
 # run records (docs/results/long-study/records/, written by records.sh): one command, from the repository root.
-#   main/, survey/: sampled pass@1 area, the plan's headline (Holm within each family);
-#   main-greedy/, survey-greedy/: the same runs' greedy pass@1 verdicts (Holm within each family);
+#   main/, survey/: sampled pass@1 area, the plan's headline, with greedy pass@1 area as a secondary endpoint in the
+#   same Holm family (the protocol issue; before 2026-12-02 greedy had reports and families of its own);
 #   decisive-retune/: phase 4's tuning on the decisive regime; decisive-fragile/: its re-run (greedy area, that
 #   regime's headline; sampled pass@1 at the end only);
 #   tuning/: phase 1, redrawn from its report.json (its runs' records were not kept);
@@ -26,9 +26,7 @@ report() {  # report STUDY OUTPUT [ARGS...]
   credo report "$R/$study" -o "$O/$output" "$@"
 }
 report long-main main
-report long-main main-greedy --metric greedy_pass@1
 report long-survey survey
-report long-survey survey-greedy --metric greedy_pass@1
 report plan-decisive-retune decisive-retune
 report decisive-fragile decisive-fragile
 credo report "$O/tuning" --from-json
@@ -47,14 +45,14 @@ for family in main survey; do
   fi
 done
 # amendments 7-8's exploratory controls against their own cells: the learning rate's effect (1e-4 minus 2e-4)
-if [ -f "$O/main/report.json" ] && [ -f "$O/main-greedy/report.json" ]; then
+if [ -f "$O/main/report.json" ]; then
   {
   printf '# The learning rate against the credit: the 2e-4 cells at 1e-4\n\n'
   printf 'Made by `reports.sh`: `python examples/contrast.py` on the main family reports, each cell at 1e-4 minus the\n'
   printf 'same cell at 2e-4.\n\n'
   for cell in oracle_blame grpo_lambda srpo_oracle; do
-    for output in main main-greedy; do
-      python examples/contrast.py "$O/$output" "$cell@grpo_rate" "$cell@tuned"
+    for metric in pass@1 greedy_pass@1; do
+      python examples/contrast.py "$O/main" "$cell@grpo_rate" "$cell@tuned" --metric "$metric"
       printf '\n'
     done
   done
@@ -62,7 +60,7 @@ if [ -f "$O/main/report.json" ] && [ -f "$O/main-greedy/report.json" ]; then
   mv "$O/rate-contrasts.md.tmp" "$O/rate-contrasts.md"
 fi
 folders=()
-for output in main main-greedy survey survey-greedy decisive-fragile; do
+for output in main survey decisive-fragile; do
   [ -f "$O/$output/report.json" ] && folders+=("$O/$output")
 done
 if [ ${#folders[@]} -gt 0 ]; then
