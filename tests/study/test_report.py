@@ -818,6 +818,18 @@ def test_a_secondary_endpoint_needs_its_measure_and_may_not_repeat_the_primary(t
         load_study(path)
 
 
+def test_a_study_that_names_no_threshold_tests_nothing_under_four_seeds(tmp_path):
+    """STUDY.md's habit as the default: a study file that does not set `min_verdict_seeds` describes a 3-seed
+    contrast, however small its p (`strong`: p ~ 0.0007)."""
+    root = noisy_study(tmp_path / "study")
+    study = yaml.safe_load((root / "study.yaml").read_text())
+    del study["report"]["min_verdict_seeds"]
+    (root / "study.yaml").write_text(yaml.safe_dump(study))
+    write_report(root)
+    saved = json.loads((root / "report.json").read_text())["default"]
+    assert {r["method"]: r for r in saved["methods"]}["strong"]["auc_vs_baseline"]["verdict"] == "descriptive"
+
+
 def test_a_survey_under_four_seeds_is_descriptive_with_its_per_seed_values(tmp_path):
     """At `min_verdict_seeds: 4` (a plan's) a 3-seed study gets no test: `strong`'s +0.31 (p ~ 0.0007) is described by
     its per-seed differences, with no p, no verdict, no family (and so no detectable effect)."""
