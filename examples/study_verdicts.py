@@ -122,10 +122,8 @@ def table(folders: list[Path], common: bool = False) -> str:
         row(f"`{method}` vs `{like}`", {n: by_column[n][method].auc_vs_like if found[n][1] is None and
                                         method in by_column[n] and by_column[n][method].like_for_like == like
                                         else None for n in names})
-    families = {}
-    for n in names:  # a regime's secondary endpoints share its one family: its numbers once, under its first column
-        result = found[n][0]
-        families[n] = result.family if all(found[m][0] is not result for m in names[:names.index(n)]) else None
+    # a regime's secondary endpoints share its one family: its numbers once, under its headline's column
+    families = {n: result.family if endpoint is None else None for n, (result, endpoint) in found.items()}
     blank = [""] * len(groups)
     lines.append("| contrasts in the Holm family (m) | " + " | ".join(
         ["(same family)" if f is None else str(f.size) for f in families.values()] + blank) + " |")

@@ -66,9 +66,15 @@ class BoundedTokenizer:
             return self.tokenizer(text=list(texts), return_tensors="pt", padding=True, padding_side="right",
                                   add_special_tokens=False)
         except BaseException as error:
-            if type(error).__name__ != "PanicException":  # pyo3's, which no module exports to catch by type
+            if not is_panic(error):
                 raise
             raise RuntimeError(f"{self.name}'s tokenizer panicked: {describe_error(error)}") from None
+
+
+def is_panic(error: BaseException) -> bool:
+    """Whether `error` is a panic of Rust code (a tokenizer's) surfaced by pyo3: a `PanicException`, a
+    `BaseException` that no module exports to catch by type."""
+    return type(error).__name__ == "PanicException"
 
 
 def _remove(sandbox: Sandbox, folder: Path) -> None:

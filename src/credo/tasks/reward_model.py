@@ -18,8 +18,8 @@ TRL's `GRPOTrainer` accepts a model id among its `reward_funcs` and scores with 
 torch-pickled weights (`*.bin`) load only if they cannot inflate (`credo.io.check_torch_archive`). The chat
 template renders through `credo.tasks.chat.render_chats` (bounded in time and memory, as the policy's), the texts
 are tokenized one per sandboxed call, each bounded in time (`credo.tasks.bounded_tokenizer`: a tokenizer's regexes
-come from its directory), and the responses reach the model only as token ids, so no model output is parsed by code. The model sits on the GPU
-when there is one (in the dtype it was saved in), else on the CPU.
+come from its directory), and the responses reach the model only as token ids, so no model output is parsed by
+code. The model sits on the GPU when there is one (in the dtype it was saved in), else on the CPU.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import torch
 
 from credo.io import check_torch_archive
 from credo.tasks.base import describe_error
-from credo.tasks.bounded_tokenizer import BoundedTokenizer
+from credo.tasks.bounded_tokenizer import BoundedTokenizer, is_panic
 from credo.tasks.chat import render_chats
 
 
@@ -68,7 +68,7 @@ class RewardModel:
                 directory, num_labels=1, dtype="auto", trust_remote_code=False)
             tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=False)
         except BaseException as error:  # a head of another size, missing files, a tokenizer's panic, ...
-            if not isinstance(error, Exception) and type(error).__name__ != "PanicException":
+            if not isinstance(error, Exception) and not is_panic(error):
                 raise
             raise ValueError(f"reward model {path!r} does not load as a sequence-classification model with one "
                              f"label: {describe_error(error)}") from None

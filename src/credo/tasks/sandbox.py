@@ -337,10 +337,11 @@ class _Worker:
         self.isolated = sandbox.confined and isolated()
         self.scratch = tempfile.mkdtemp(prefix="credo-sandbox-")
         limits = sandbox.limits
-        self.cgroup = memory_cgroup.create((limits.memory_mb + limits.file_mb) * 2**20)
+        self.cgroup: memory_cgroup.MemoryCgroup | None = None
         parent, child = socket.socketpair()
         self.output = tempfile.TemporaryFile()  # noqa: SIM115 - the worker's stdout and stderr until it is ready
         try:
+            self.cgroup = memory_cgroup.create((limits.memory_mb + limits.file_mb) * 2**20)
             command = [sys.executable, "-I", str(WORKER), str(child.fileno())]
             if self.isolated:
                 command = bwrap_command(self.scratch, sandbox.scorer, limits.file_mb, sandbox.files) + command
