@@ -34,6 +34,9 @@ def test_the_grid_gives_every_method_every_value_and_is_expanded_once():
     ({"methods": {"grpo": {"config": "a.yaml", "set": {"optim": {"lr": 1e-3}}}}}, "sets optim.lr itself"),
     ({"methods": {"grpo": {"config": "a.yaml", "seeds": [1, 2]}}}, "at least 3 seeds"),
     ({"tune": {"key": "optim.lr", "values": [1e-4, 1e-4]}}, "distinct"),
+    ({"tune": {"key": "optim.lr", "values": GRID, "extend": {"grpo": [7e-5]}}}, "beyond the grid's edges"),
+    ({"tune": {"key": "optim.lr", "values": GRID, "extend": {"grpo": [4e-4, 4e-4]}}}, "distinct"),
+    ({"tune": {"key": "optim.lr", "values": GRID, "extend": {"dapo": [4e-4]}}}, "not methods of the study"),
 ])
 def test_a_tuning_grid_refuses_what_lets_noise_or_one_method_choose(change, message):
     data = {"name": "t", "seeds": [1, 2, 3], "tune": {"key": "optim.lr", "values": GRID}, "methods": {"grpo": "a.yaml"},
@@ -42,6 +45,17 @@ def test_a_tuning_grid_refuses_what_lets_noise_or_one_method_choose(change, mess
         StudyConfig(**data)
     if message == "at least 3 seeds":  # outside the protocol, said so first in its report
         assert StudyConfig(**{**data, "exploratory": True}).exploratory
+
+
+def test_an_extension_adds_its_values_to_one_method_only():
+    config = StudyConfig(name="t", seeds=[1, 2, 3], methods={"grpo": "a.yaml", "oracle": "b.yaml"},
+                         tune={"key": "optim.lr", "values": GRID, "extend": {"grpo": [2.5e-5, 1.25e-5]}})
+    assert [m for m in config.methods if m.startswith("grpo")] == [
+        "grpo@lr=1.25e-05", "grpo@lr=2.5e-05", "grpo@lr=5e-05", "grpo@lr=1e-04", "grpo@lr=2e-04"]
+    assert [m for m in config.methods if m.startswith("oracle")] == ["oracle@lr=5e-05", "oracle@lr=1e-04",
+                                                                     "oracle@lr=2e-04"]
+    assert config.tune.extend == {"grpo": [1.25e-5, 2.5e-5]}
+    assert list(StudyConfig(**config.model_dump(mode="json")).methods) == list(config.methods)
 
 
 def tuning_file(tmp_path, split: str | None, exploratory: bool = False):
@@ -100,3 +114,26 @@ def test_the_report_of_a_tuning_study_says_each_choice_and_its_margin(tmp_path):
     assert tuning["grpo"]["margin"] == pytest.approx(0.75 * (0.6 - 0.5 - 0.01 / 3))
     text = (root / "report.md").read_text()
     assert "### Tuning" in text and "| `oracle` |" in text and "extend higher" in text
+
+
+def test_the_rule_chooses_over_a_method_s_extension_and_brackets_it_there(tmp_path):
+    root = tmp_path / "study"
+    study = StudyConfig(name="tuning", seeds=[100, 101, 102], methods={"grpo": "grpo.yaml", "oracle": "oracle.yaml"},
+                        tune={"key": "optim.lr", "values": GRID, "extend": {"oracle": [4e-4, 8e-4]}},
+                        report={"baseline": "grpo@lr=1e-04", "oracle": None, "metric": "greedy_pass@1"})
+    root.mkdir()
+    (root / "study.yaml").write_text(yaml.safe_dump(study.model_dump(mode="json")))
+    finals = {"grpo": {5e-5: 0.4, 1e-4: 0.6, 2e-4: 0.5}, "oracle": {5e-5: 0.3, 1e-4: 0.5, 2e-4: 0.8, 4e-4: 0.9}}
+    for method, by_rate in finals.items():  # oracle's 8e-4 has not run
+        for rate, top in by_rate.items():
+            for seed, shift in {100: 0.0, 101: 0.03, 102: -0.02}.items():
+                label = f"{method}@lr={rate:.0e}".replace("e-0", "e-0")
+                make_run(root / "default" / label / f"seed{seed}", label, seed, (0.2, top + shift, top + shift))
+    write_report(root)
+    tuning = {c["method"]: c for c in json.loads((root / "report.json").read_text())["default"]["tuning"]}
+    assert (tuning["oracle"]["chosen"], tuning["oracle"]["runner_up"]) == (4e-4, 2e-4)
+    assert tuning["oracle"]["where"] == "bracketed" and tuning["oracle"]["missing"] == [8e-4]
+    assert tuning["grpo"]["where"] == "bracketed" and tuning["grpo"]["missing"] == []
+    row = next(line for line in (root / "report.md").read_text().splitlines() if line.startswith("| `grpo` |"))
+    assert [cell.strip() for cell in row.split("|")[5:7]] == ["–", "–"]  # grpo's grid holds neither extension
+    assert "(" not in row  # per-seed differences without spread have no sd (not 1e15 sd from rounding)

@@ -131,6 +131,10 @@ class Tune(Section):
     """The setting tuned, as a dotted config path (e.g. `optim.lr`)."""
     values: list[float] = Field(min_length=2)
     """Its values, the same for every method."""
+    extend: dict[str, list[float]] = Field(default_factory=dict)
+    """Per method, the values the rule added beyond the grid's edge because the method's best sat at that edge
+    (e.g. `{grpo: [1.25e-5]}`: the grid brackets every choice, and a method already bracketed runs nothing more);
+    each lies outside the grid's range, so every method keeps the whole common grid."""
     methods: list[str] = Field(default_factory=list)
     """The methods tuned, as the study file names them (filled when the study expands its cells; not set by hand)."""
 
@@ -140,6 +144,25 @@ class Tune(Section):
         if len(set(values)) != len(values):
             raise ValueError(f"a tuning grid's values must be distinct, got {values}")
         return sorted(values)
+
+    @model_validator(mode="after")
+    def _beyond_the_edges(self) -> Tune:
+        for method, extra in self.extend.items():
+            inside = [v for v in extra if self.values[0] <= v <= self.values[-1]]
+            if inside or len(set(extra)) != len(extra):
+                raise ValueError(f"tune.extend.{method} {extra}: an extension's values are distinct and lie beyond the "
+                                 f"grid's edges ({self.values[0]:g} .. {self.values[-1]:g})")
+            self.extend[method] = sorted(extra)
+        return self
+
+
+def method_values(tune: dict[str, Any], method: str) -> list[float]:
+    """The values of a (resolved or written) tuning grid `tune` that `method` runs: the common grid and its extensions.
+
+    >>> method_values({"values": [5e-5, 1e-4], "extend": {"grpo": [2.5e-5]}}, "grpo")
+    [2.5e-05, 5e-05, 0.0001]
+    """
+    return sorted([*tune["values"], *(tune.get("extend") or {}).get(method, [])])
 
 
 def endpoint(name: str) -> tuple[str, str]:
@@ -236,11 +259,15 @@ class StudyConfig(Section):
         if not isinstance(data, dict) or not isinstance(data.get("tune"), dict) or data["tune"].get("methods"):
             return data
         tune, methods = data["tune"], data.get("methods")
-        key, values = tune.get("key"), tune.get("values")
+        key, values, extend = tune.get("key"), tune.get("values"), tune.get("extend") or {}
         if not (isinstance(methods, dict) and isinstance(key, str) and isinstance(values, list)
                 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+                and isinstance(extend, dict) and all(isinstance(v, list) for v in extend.values())
                 and all(isinstance(e, (str, dict)) for e in methods.values())):
             return data  # the fields' own validation names what is wrong
+        unknown = sorted(set(extend) - set(methods))
+        if unknown:
+            raise ValueError(f"tune.extend names {unknown}, which are not methods of the study")
         path, cells = key.split("."), {}
         for method, entry in methods.items():
             entry = {"config": entry} if isinstance(entry, str) else entry
@@ -249,7 +276,7 @@ class StudyConfig(Section):
                 found = found.get(part) if isinstance(found, dict) else None
             if found is not None:
                 raise ValueError(f"method {method} sets {key} itself, which the tuning grid sets for every method")
-            for value in sorted(values):
+            for value in method_values(tune, method):
                 setting: Any = value
                 for part in reversed(path):
                     setting = {part: setting}

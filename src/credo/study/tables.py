@@ -22,7 +22,7 @@ from credo.study.analysis import (
     measures,
 )
 from credo.study.document import Block, Bullets, Heading, Paragraph, Table
-from credo.study.grid import ReportConfig, endpoint_label
+from credo.study.grid import ReportConfig, endpoint_label, method_values
 from credo.study.runs import EXPLODED
 from credo.study.stats import Estimate, smallest_exact_p
 from credo.study.tuning import Choice
@@ -404,14 +404,21 @@ def tuning_blocks(choices: list[Choice], study: dict, metric: str) -> list[Block
             return "–"
         return f"{c.margin:+.3f}" + ("" if c.margin_sd is None else f" ({c.margin_sd:.2f} sd)")
 
-    rows = tuple((f"`{c.method}`", *(f"{c.means[v]:.3f}" if v in c.means else "unfinished" for v in tune["values"]),
-                  f"{c.chosen:g}", margin(c), c.where) for c in choices)
+    columns = sorted({v for method in tune["methods"] for v in method_values(tune, method)})
+
+    def mean(c: Choice, value: float) -> str:
+        if value in c.means:
+            return f"{c.means[value]:.3f}"
+        return "unfinished" if value in method_values(tune, c.method) else "–"
+
+    rows = tuple((f"`{c.method}`", *(mean(c, v) for v in columns), f"{c.chosen:g}", margin(c), c.where)
+                 for c in choices)
     narrow = [c.method for c in choices if c.margin_sd is not None and c.margin_sd < 1]
     text = (f"The rule (one for every method): the {setting} with the largest mean {metric} area at equal rollout tokens "
             f"over the tuning seeds, no tie-break; margin: the chosen value's mean minus the runner-up's, and in "
             "standard deviations of their per-seed differences; a choice at the grid's edge is not bracketed (extend "
-            "the grid one step that way before it stands).")
+            "the grid one step that way before it stands); – a value the method's grid does not hold.")
     if narrow:
         text += f" Chosen by less than one sd (the next seed may reverse it): {_names(narrow)}."
     return [Heading("Tuning", 3), Paragraph(text),
-            Table(("method", *(f"{setting} {v:g}" for v in tune["values"]), "chosen", "margin", "grid"), rows)]
+            Table(("method", *(f"{setting} {v:g}" for v in columns), "chosen", "margin", "grid"), rows)]

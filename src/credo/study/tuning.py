@@ -10,7 +10,7 @@ One rule for every method, the baseline and the yardsticks included (docs/guides
 - **its margin** is reported: the chosen value's mean minus the runner-up's, and that margin in standard deviations of
   their per-seed paired differences (a margin under 1 sd is one the next seed may well reverse);
 - **the grid's edge**: a choice at the smallest or largest value tried is not bracketed; the grid should be extended
-  one step that way (as an amendment, on the same seeds) before the choice stands.
+  one step that way for that method (`Tune.extend`, on the same seeds) before the choice stands.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from credo.study.grid import tune_label
+from credo.study.grid import method_values, tune_label
 from credo.study.runs import seeds_of
 from credo.study.seeds import RegimeValues
 
@@ -68,7 +68,7 @@ def choose(areas: dict[float, dict[int, float]], grid: list[float], seeds: list[
     if runner_up is not None:
         margin = means[chosen] - means[runner_up]
         spread = statistics.stdev([finished[chosen][s] - finished[runner_up][s] for s in seeds]) if len(seeds) > 1 else 0
-        margin_sd = margin / spread if spread > 0 else None
+        margin_sd = margin / spread if spread > 1e-12 else None  # below: equal differences but for rounding
     where = "extend lower" if chosen == grid[0] else "extend higher" if chosen == grid[-1] else "bracketed"
     return Choice(method, means, list(seeds), chosen, runner_up, margin, margin_sd, where,
                   [v for v in grid if v not in finished])
@@ -76,14 +76,15 @@ def choose(areas: dict[float, dict[int, float]], grid: list[float], seeds: list[
 
 def choices(values: RegimeValues, study: dict) -> list[Choice]:
     """The rule for every tuned method of a regime of a resolved tuning study (its `tune`, with its methods), on the
-    headline metric's area at equal rollout tokens."""
+    headline metric's area at equal rollout tokens, over each method's values (the grid and its extensions)."""
     tune, out = study["tune"], []
     for method in tune["methods"]:
-        labels = {value: tune_label(method, tune["key"], value) for value in tune["values"]}
+        grid = method_values(tune, method)
+        labels = {value: tune_label(method, tune["key"], value) for value in grid}
         areas = {value: {seed: v.area[values.metric] for seed, v in values.cells.get(label, {}).items()}
                  for value, label in labels.items()}
-        seeds = seeds_of(study, labels[tune["values"][0]])
-        choice = choose(areas, sorted(tune["values"]), seeds, method)
+        seeds = seeds_of(study, labels[grid[0]])
+        choice = choose(areas, grid, seeds, method)
         if choice is not None:
             out.append(choice)
     return out
