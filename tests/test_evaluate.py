@@ -12,7 +12,7 @@ from credo.config import EvalConfig
 from credo.evaluate import eval_subset, evaluate_policy, summarise
 from credo.passk import pass_at_k
 from credo.rollout.generate import Completions
-from credo.tasks.base import Problem, Verdict
+from credo.tasks.base import Problem, Task, Verdict
 
 
 def test_pass_at_k_matches_the_binomial_definition():
@@ -137,7 +137,7 @@ class EchoBackend:
         return completions_of([text for text in self.prompts for _ in range(repeat)])
 
 
-class FlakyTask:
+class FlakyTask(Task):
     """Correct when the response is "right"; raises on "boom"."""
 
     name = "flaky"
@@ -203,7 +203,7 @@ def test_sample_problems_samples_the_first_of_each_bucket_and_averages_over_them
     problems = [Problem("right", "", "a"), Problem("wrong", "", "a"), Problem("right ", "", "a"),
                 Problem("wrong ", "", "b"), Problem("right  ", "", "b")]
 
-    class Task:
+    class Lookup(Task):
         name = "lookup"
 
         def verify(self, problem, response):
@@ -211,7 +211,7 @@ def test_sample_problems_samples_the_first_of_each_bucket_and_averages_over_them
 
     backend = LookupBackend(problems)
     config = EvalConfig(samples=2, ks=[1, 2], sample_problems=1, top_p=0.95)
-    result = evaluate_policy(backend, Task(), problems, config, max_new_tokens=4, seed=0)
+    result = evaluate_policy(backend, Lookup(), problems, config, max_new_tokens=4, seed=0)
     assert backend.sampled == ["right", "wrong "]  # the first problem of bucket a and of bucket b
     assert backend.top_ps == [0.95]  # the stated top-p reaches the sampler
     assert result["greedy_pass@1"] == 0.0  # greedy covers all five (every greedy answer wrong)

@@ -102,7 +102,7 @@ def train_steps(trainer: Trainer, state: TrainState, stream: ProblemStream, eval
         state.rollout_tokens += rollout.generated_tokens
         state.wall_s += time.perf_counter() - started
         record = step_record(trainer, state, rollout, batch, credit, credit_metrics, update_metrics)
-        custom = getattr(trainer.task, "custom_reward", None)
+        custom = trainer.task.custom_reward
         logged, columns = custom.drain() if custom is not None else ({}, {})
         record.update(logged)
         record.update({
@@ -162,7 +162,7 @@ def sample_rollout(trainer: Trainer, stream: ProblemStream, step: int = 0) -> Ro
 
 def follow_rewards(trainer: Trainer, step: int):
     """The task's custom reward (None where it has none), its `trainer_state` set for step `step`."""
-    custom = getattr(trainer.task, "custom_reward", None)
+    custom = trainer.task.custom_reward
     if custom is not None:
         custom.state = reward_state(trainer.config, step)
     return custom

@@ -198,7 +198,7 @@ def record_resumed_config(trainer: Trainer, state: TrainState) -> None:
 def check_reward_shapes(task: Task, config: RunConfig, tokenizer) -> None:
     """The custom reward functions of `task.reward` called once on the first training row, before any sampling
     (`CustomReward.check_shapes`): one that cannot score the dataset's rows stops the run here."""
-    custom = getattr(task, "custom_reward", None)
+    custom = task.custom_reward
     if custom is None:
         return
     custom.state = reward_state(config, 0)

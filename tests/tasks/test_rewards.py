@@ -537,3 +537,14 @@ def test_a_function_returning_one_value_for_any_batch_stops_the_run_before_sampl
         train(config, tmp_path / "run", show_progress=False)
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
     sys.modules.pop("one_value")
+
+
+def test_every_task_class_takes_the_task_protocols_defaults():
+    """The loop reads `custom_reward` and `verify_batch` from every task without a fallback: each task class
+    (registered, and verl's) subclasses `Task`, whose defaults they are."""
+    from credo.integrations.verl_agent import VerlTask
+    from credo.tasks import TASKS, Task
+
+    for cls in [TASKS.get(name) for name in TASKS] + [VerlTask]:
+        assert Task in cls.__mro__, cls
+        assert "custom_reward" in dir(cls) and "verify_batch" in dir(cls)

@@ -52,7 +52,7 @@ from credo.rollout.reset_plan import SPLITS
 from credo.rollout.samplers import RolloutConfig
 from credo.rollout.samplers.resets import ResetConfig
 from credo.rollout.samplers.revisions import RevisionConfig
-from credo.tasks import Problem, Verdict
+from credo.tasks import Problem, Task, Verdict
 
 if importlib.util.find_spec("verl") is not None:
     from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
@@ -127,7 +127,7 @@ class VerlBackend:
         return await asyncio.gather(*calls)
 
 
-class VerlTask:
+class VerlTask(Task):
     """credo's task protocol over a verl reward function `score_fn(data_source, solution_str, ground_truth,
     extra_info)`, which returns a score or a dict with `score` (and optionally `acc`). A response is
     correct when `acc` says so, else when its score reaches `correct_at`. The problem's `meta` holds

@@ -18,10 +18,13 @@ import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from credo.registry import Registry
 from credo.tasks.sandbox import SandboxUnavailable
+
+if TYPE_CHECKING:
+    from credo.tasks.rewards import CustomReward
 
 log = logging.getLogger(__name__)
 
@@ -71,10 +74,20 @@ class Verdict:
 
 
 class Task(Protocol):
+    """What the training loop, its samplers and the evaluation read from a task, and nothing else.
+
+    A task class subclasses `Task` (as `RewardedTask` does) to take the defaults of `custom_reward` and
+    `verify_batch`."""
+
     name: str
     checks_steps: bool
     """Whether `verify` fills `first_wrong_step` and `wrong_steps` (needed by the oracles, oracle localisers and
     credit diagnostics)."""
+    custom_reward: CustomReward | None = None
+    """The config's reward functions (`task.reward`, `credo.tasks.rewards.CustomReward`), which score responses in
+    place of the task's own scoring (`verify_all`); None: the task scores them itself. The loop checks their shapes
+    before sampling (`check_reward_shapes`), sets their `trainer_state` before each step's sampling and logs what
+    they recorded after it (`custom_reward.drain()`)."""
 
     def train_problems(self, seed: int, start: int = 0) -> Iterator[Problem]:
         """An endless, seeded stream of training problems, resumable at position `start`."""
@@ -87,6 +100,13 @@ class Task(Protocol):
     def verify(self, problem: Problem, response: str) -> Verdict:
         ...
 
+    def verify_batch(self, problems: Sequence[Problem], texts: Sequence[str],
+                     on_error: str) -> tuple[list[Verdict], int]:
+        """The verdicts on a batch of responses and how many were scored 0 because verifying them failed
+        (`verify_all`, without a custom reward). By default, `verify` on each in turn (`verify_each`); a task that
+        scores within a batch's budget (reasoning-gym's `verify_budget_s`) overrides it."""
+        return verify_each(self, self.verify, problems, texts, on_error)
+
 
 TASKS: Registry[type] = Registry("task")
 
@@ -96,16 +116,11 @@ def verify_all(task: Task, problems: list[Problem], texts: list[str], on_error: 
     """The task's verdict on every response, and how many were scored 0 because verifying them failed.
 
     A verifier that raises stops the step (`on_error="raise"`) or scores 0 (`"zero"`). A task whose config
-    names reward functions (`task.reward`, `credo.tasks.rewards`) is scored by them, a batch at a time (with the
-    responses' token ids, `completion_ids`, where the caller has them); a task with a `verify_batch` method scores
-    a batch itself (reasoning-gym: within its `verify_budget_s`)."""
-    custom = getattr(task, "custom_reward", None)
-    if custom is not None:
-        return custom.verdicts(task, problems, texts, on_error, completion_ids)
-    batch = getattr(task, "verify_batch", None)
-    if batch is not None:
-        return batch(problems, texts, on_error)
-    return verify_each(task, task.verify, problems, texts, on_error)
+    names reward functions (`task.custom_reward`, `credo.tasks.rewards`) is scored by them, a batch at a time (with
+    the responses' token ids, `completion_ids`, where the caller has them); any other by its `verify_batch`."""
+    if task.custom_reward is not None:
+        return task.custom_reward.verdicts(task, problems, texts, on_error, completion_ids)
+    return task.verify_batch(problems, texts, on_error)
 
 
 def fair_shares(budget_s: float, answers: int) -> Callable[[], float]:

@@ -84,7 +84,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from credo.schema import Section
-from credo.tasks.base import Problem, Verdict, describe_error, short_repr
+from credo.tasks.base import Problem, Task, Verdict, describe_error, short_repr
 from credo.tasks.chat import ChatPrompt
 from credo.tasks.reward_model import RewardModel, reward_model_directory
 
@@ -353,7 +353,7 @@ class Loaded:
 
     def _verl(self, task: Any, problem: Problem, text: str) -> float | None | Failure:
         row = row_columns(problem)
-        source = row["data_source"] if "data_source" in problem.meta else getattr(task, "name", None)
+        source = row["data_source"] if "data_source" in problem.meta else task.name
         extra = row["extra_info"] if "extra_info" in problem.meta else row
         try:
             value = self._call(data_source=source, solution_str=text, ground_truth=problem.answer, extra_info=extra)
@@ -514,7 +514,7 @@ class CustomReward:
                 elif value is not None:
                     totals[row] += loaded.weight * value
                     scored[row] = True
-        own = own_verdicts(task, problems, texts, on_error) if getattr(task, "checks_steps", False) else None
+        own = own_verdicts(task, problems, texts, on_error) if task.checks_steps else None
         verdicts, unscored = [], 0
         for row in range(n):
             if failed[row]:
@@ -572,12 +572,10 @@ def _kind(value: Any) -> str:
     return f"a {type(value).__name__} ({short_repr(value, 40)})"
 
 
-class RewardedTask:
+class RewardedTask(Task):
     """The `verify` every task shares: its config's reward functions when it names some (`custom_reward`, a
     `CustomReward`), else the task's own scoring (`own_verify`). A task's step checker is part of its own
     scoring and keeps giving `first_wrong_step` under a custom reward (`CustomReward.verdict`)."""
-
-    custom_reward: CustomReward | None = None
 
     def verify(self, problem: Problem, response: str) -> Verdict:
         if self.custom_reward is not None:
