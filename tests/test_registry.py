@@ -41,6 +41,16 @@ def test_each_engine_adapts_the_method_or_refuses_it_with_a_reason(name):
     assert (f"credo_{name}" in verl_adapter.verl_names()) == (verl_adapter.refusal(method) is None)
 
 
+@pytest.mark.parametrize("name", ALL)
+def test_each_part_of_a_method_lives_in_its_home(name):
+    """A sampler's module holds its sampling and the fields it records; the estimator that reads them is credit math
+    in `credo.credit` (SPO's and FR3E's used to live in their sampler modules)."""
+    method = METHODS.get(name)
+    assert type(method.sampler).__module__.startswith("credo.rollout.samplers.")
+    assert type(method.estimator).__module__.startswith("credo.credit.")
+    assert type(method.loss).__module__.startswith("credo.losses.")
+
+
 def test_the_engines_refuse_what_their_interfaces_cannot_carry():
     # The known limits, as reasons: TRL samples i.i.d. groups and has no step checker; verl passes no entropies.
     assert "i.i.d. groups only" in trl_adapter.refusal(METHODS.get("srpo"))

@@ -29,19 +29,21 @@ from credo.credit import (
 )
 from credo.credit.base import CreditEstimator, Metrics
 from credo.credit.entropy_weights import EntropyWeightedAdvantage
+from credo.credit.fr3e import FirstReturnAdvantage
 from credo.credit.key_tokens import KeyTokenAdvantage
+from credo.credit.spo import SegmentAdvantage, TreeEdgeAdvantage
 from credo.credit.token_baseline import OptimalTokenBaseline
 from credo.credit.vine import VineAdvantage
 from credo.logprobs import STATISTICS
 from credo.losses import LambdaLoss, LossOutput, PolicyLoss, PPOClipLoss, ReinforceLoss, TraceLoss
 from credo.registry import Registry
 from credo.rollout.samplers import RolloutConfig, Sampler
-from credo.rollout.samplers.fr3e import FirstReturnAdvantage, FR3ESampler
+from credo.rollout.samplers.fr3e import FR3ESampler
 from credo.rollout.samplers.groups import GroupSampler
 from credo.rollout.samplers.resets import ResetSampler
 from credo.rollout.samplers.revisions import RevisionSampler
-from credo.rollout.samplers.spo_chain import SegmentAdvantage, SpoChainSampler
-from credo.rollout.samplers.spo_tree import SpoTreeSampler, TreeEdgeAdvantage
+from credo.rollout.samplers.spo_chain import SpoChainSampler
+from credo.rollout.samplers.spo_tree import SpoTreeSampler
 from credo.rollout.samplers.vine import VineSampler
 
 FAMILIES: dict[str, str] = {

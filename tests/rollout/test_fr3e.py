@@ -15,11 +15,12 @@ from tiny import TINY
 
 from credo.batch import RolloutBatch
 from credo.config import load_config
+from credo.credit.fr3e import FirstReturnAdvantage
 from credo.credit.groups import GroupAdvantage
 from credo.credit.resets import suffix_mask
 from credo.methods import get_method
 from credo.rollout.groups import ProblemStream
-from credo.rollout.samplers.fr3e import FirstReturnAdvantage, branch_points, sample_fr3e
+from credo.rollout.samplers.fr3e import branch_points, sample_fr3e
 from credo.tasks import ArithTask
 from credo.tasks.arith import ArithConfig, solution
 

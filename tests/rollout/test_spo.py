@@ -16,9 +16,10 @@ from tiny import TINY
 from credo.batch import RolloutBatch
 from credo.config import load_config
 from credo.credit import failed_rows
+from credo.credit.spo import SegmentAdvantage
 from credo.methods import get_method
 from credo.rollout.groups import ProblemStream
-from credo.rollout.samplers.spo_chain import SegmentAdvantage, boundaries, sample_spo_chain, segment_layout
+from credo.rollout.samplers.spo_chain import boundaries, sample_spo_chain, segment_layout
 from credo.rollout.thoughts import THOUGHT_END
 from credo.tasks import ArithTask
 from credo.tasks.arith import ArithConfig

@@ -14,22 +14,8 @@ of a step, batched across prompts:
    kept response share its `branch_id`. The base responses are never trained on; every token they and the
    continuations generated counts in the rollout's cost (`fr3e/tokens_base`, `fr3e/tokens_branches`).
 
-Credit (`FirstReturnAdvantage`, the paper's adaptive advantage modulation): `V(S_j)` is the mean reward of the
-continuations of `S_j`, and the change of value into `S_j`
-
-    Delta_0 = 1 - V(S_0),    Delta_j = V(S_j) - V(S_{j-1})    (j >= 1),
-
-sharpened over one response's states (`sharpen`, the code's `sharpening_coeff` with alpha = 1.5)
-
-    Delta_j <- sign(Delta_j) |Delta_j|^alpha / sum_i |Delta_i|^alpha,
-
-divides the group-centred reward of every continuation `i` of `S_j`, on its tokens after the prefix:
-
-    A_i = (r_i - mean_{S_j} r) / exp(Delta_j).
-
-A state whose value rose over its predecessor's gets its advantages damped, one whose value fell gets them
-amplified (the paper: keep exploring where the policy already improves, press where it went wrong); every sign
-is the group's, only the size changes.
+Credit: each state group's centred rewards scaled by the change of value into the state (the paper's adaptive
+advantage modulation, `credo.credit.fr3e`), from the fields recorded here, `prefix_len` and `branch_id`.
 
 The paper's settings are those of the public code (`run_srpo_v6_adv.sh`, `verl/trainer/ppo/ray_trainer.py`
 and `core_algos.py::compute_srpo_outcome_advantage` at commit 509da70): 4 base responses per prompt
@@ -38,21 +24,12 @@ continuations per state with the prompt re-rolled as `S_0` (`n`), centred reward
 (`adv_no_use_std`), sharpening on, state groups all right or all wrong dropped and the batch refilled
 (`use_dynamic_sampling`), PPO clip 0.2 / 0.3 with a token mean over the batch, no KL, no entropy bonus.
 
-Where credo chose:
+Where credo chose in sampling (its choices in the credit: `credo.credit.fr3e`):
 - Branch points by the sampling entropy, as the paper states; the code ranks tokens by their sampled
   log-probability (`separate_by_prob`: the lowest), a one-sample estimate of the same uncertainty. Position 0 is
   no branch point (its state is the prompt, `S_0` already); a response of at most `branches` tokens branches at
   each of its positions.
 - Continuations per state: `rollout.group_size` (the code's `n`).
-- `V(S_j)` is the mean reward of all of `S_j`'s continuations. The code takes the share of positive centred
-  rewards among the state groups its dynamic sampling kept: the same for binary rewards on a mixed group, but a
-  dropped state is skipped (the next state's Delta is taken from the one before it). Credo keeps every state
-  group; one all right or all wrong has advantage 0 and counts in the token mean's normaliser
-  (`rollout.dynamic_sampling` does not apply).
-- Sharpening of a response whose Deltas are all 0 leaves them 0 (the code divides 0 by 0).
-- `Delta_0 = 1 - V(S_0)` is the code's value change for the prompt's state, which has no predecessor: the
-  prompt's continuations are damped unless the prompt is solved. With no branch point the advantages are the
-  centred rewards times `exp(-1)` (sharpened) or `exp(V(S_0) - 1)`, not GRPO's.
 """
 
 from __future__ import annotations
@@ -64,12 +41,8 @@ from typing import TYPE_CHECKING, ClassVar
 
 import torch
 from pydantic import Field
-from torch import Tensor
 
-from credo.batch import RecordedField, RolloutBatch
-from credo.credit.base import Metrics
-from credo.credit.groups import GroupAdvantage
-from credo.credit.resets import suffix_mask
+from credo.batch import RecordedField
 from credo.rollout.backend import GenerationBackend
 from credo.rollout.generate import encode_prompts
 from credo.rollout.groups import ProblemStream, Rollout
@@ -82,9 +55,6 @@ from credo.tasks import Task, sandbox_failures
 
 if TYPE_CHECKING:
     from credo.rollout.samplers import RolloutConfig
-
-SHARPEN_POWER = 1.5
-"""The code's `sharpening_coeff` exponent alpha."""
 
 
 class FR3EConfig(Section):
@@ -164,55 +134,6 @@ def branch_points(entropies: list[float], branches: int) -> list[int]:
     """
     candidates = sorted(range(1, len(entropies)), key=lambda t: (-entropies[t], t))
     return sorted(candidates[:branches])
-
-
-def value_changes(rewards: Tensor, branch_id: Tensor, prefix_len: Tensor, sharpen: bool) -> Tensor:
-    """(B,) the value change `Delta` into each row's state (module docstring), sharpened over its response's
-    states with `sharpen`. A state is a `(branch_id, prefix_len)` pair, its value the mean reward of its rows;
-    a response's states follow one another by prefix length, the first (the prompt's) against 1."""
-    states, inverse = torch.unique(torch.stack([branch_id, prefix_len], dim=1), dim=0, return_inverse=True)
-    count = torch.zeros(len(states), dtype=rewards.dtype, device=rewards.device).index_add_(
-        0, inverse, torch.ones_like(rewards))
-    values = torch.zeros_like(count).index_add_(0, inverse, rewards) / count  # (S,) sorted by branch, then prefix
-    first = torch.ones(len(states), dtype=torch.bool, device=rewards.device)
-    first[1:] = states[1:, 0] != states[:-1, 0]
-    delta = torch.where(first, 1.0 - values, values - values.roll(1))
-    if sharpen:
-        power = delta.abs() ** SHARPEN_POWER
-        _, response = torch.unique(states[:, 0], return_inverse=True)
-        total = torch.zeros_like(power).index_add_(0, response, power)[response]
-        delta = torch.where(total > 0, delta.sign() * power / total.clamp(min=torch.finfo(power.dtype).tiny), 0.0)
-    return delta[inverse]
-
-
-@dataclass(frozen=True, kw_only=True)
-class FirstReturnAdvantage(GroupAdvantage):
-    """FR3E's estimator: each state group's centred rewards divided by `exp` of the state's (sharpened) value
-    change, on the tokens after the state's prefix (module docstring)."""
-
-    reads: ClassVar[frozenset[str]] = frozenset({"prefix_len", "branch_id"})
-    writes: ClassVar[frozenset[str]] = frozenset({"advantages", "loss_mask"})
-
-    scale: str = "none"
-    """The code's `adv_no_use_std`: rewards centred on their state group's mean, not scaled by its std."""
-    sharpen: bool = True
-    """Sharpen the value changes over a response's states (the code's `sharpen`, on in its script)."""
-
-    def loss_mask(self, batch: RolloutBatch, trace_mask: Tensor | None, adv: Tensor) -> tuple[Tensor, Metrics]:
-        return batch.loss_mask & suffix_mask(batch.response_mask, batch.prefix_len), {}
-
-    def __call__(self, batch: RolloutBatch) -> tuple[RolloutBatch, Metrics]:
-        if batch.prefix_len is None or batch.branch_id is None:
-            raise ValueError("FirstReturnAdvantage needs RolloutBatch.prefix_len and branch_id (the fr3e sampler's), "
-                             "but they are None")
-        credited, metrics = super().__call__(batch)
-        delta = value_changes(batch.rewards, batch.branch_id, batch.prefix_len, self.sharpen)
-        factor = torch.exp(-delta)  # (B,)
-        metrics.update({
-            "credit/fr3e_factor_mean": float(factor.mean()),
-            "credit/fr3e_value_rise_share": float((delta > 0).float().mean()),
-        })
-        return credited.replace(advantages=credited.advantages * factor.unsqueeze(1)), metrics
 
 
 @registered

@@ -27,8 +27,8 @@ The sampler (`SpoChainSampler`), for every prompt of a step, batched across prom
    row's `group_size - 1` siblings, i.i.d. samples from it (as the vine sampler, `credo.rollout.samplers.vine`).
 It records each token's segment (`segment_ids`), the value its segment starts from (`step_values`) and whether
 it is a cutpoint (`cutpoint_mask`); every continuation token counts in the rollout's tokens (`spo/tokens_base`,
-`spo/tokens_values`). The estimator (`SegmentAdvantage`) computes the value changes
-(`credo.credit.vine.step_advantages`, as VinePPO's steps), trains the cutpoints only and whitens them.
+`spo/tokens_values`). The estimator (`credo.credit.spo.SegmentAdvantage`) computes the value changes (as
+VinePPO's steps), trains the cutpoints only and whitens them.
 
 Paper and official code (`math_episode_generator_with_mc_advantages.py`, `ppo_trainer.py`, `trainers/utils.py`;
 configs `polIter_rho1bSft2_spo_chain_GSM8K.jsonnet`, `episode_generators/interval5.jsonnet`): threshold 0.9,
@@ -54,9 +54,7 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 from pydantic import Field
 
-from credo.batch import RecordedField, RolloutBatch, inside_response
-from credo.credit.base import Metrics
-from credo.credit.vine import step_advantages, whiten
+from credo.batch import RecordedField, inside_response
 from credo.rollout.backend import GenerationBackend
 from credo.rollout.generate import encode_prompts, per_token
 from credo.rollout.groups import ProblemStream, Rollout
@@ -158,37 +156,6 @@ def segment_layout(length: int, cuts: list[int], values: list[float]) -> tuple[l
     """
     segments = [bisect.bisect_right(cuts, t) for t in range(length)]
     return segments, [values[s] for s in segments]
-
-
-@dataclass(frozen=True, kw_only=True)
-class SegmentAdvantage:
-    """SPO's estimator: each segment's tokens get the change in Monte-Carlo value across the segment, only the
-    tokens below the probability threshold are trained (the probability mask), whitened over them (module
-    docstring)."""
-
-    reads: ClassVar[frozenset[str]] = frozenset({"segment_ids", "step_values", "cutpoint_mask"})
-    writes: ClassVar[frozenset[str]] = frozenset({"advantages", "loss_mask"})
-
-    prob_mask: bool = True
-    """Train only the cutpoints (the paper's probability mask); False: every token of a segment."""
-    whiten: bool = True
-    """Whiten the advantages over the trained tokens, as the paper's trainer does; False: raw value changes."""
-
-    def __call__(self, batch: RolloutBatch) -> tuple[RolloutBatch, Metrics]:
-        if batch.step_values is None or batch.segment_ids is None or batch.cutpoint_mask is None:
-            raise ValueError("SegmentAdvantage needs RolloutBatch.step_values, segment_ids and cutpoint_mask (the "
-                             "spo_chain sampler's), but they are None")
-        raw = step_advantages(batch.step_values, batch.segment_ids, batch.rewards, batch.response_mask)
-        mask = batch.loss_mask & batch.cutpoint_mask if self.prob_mask else batch.loss_mask
-        advantages = whiten(raw, mask) if self.whiten else torch.where(mask, raw, 0.0)
-        trained = raw[mask]
-        metrics = {
-            "credit/adv_abs_mean": float(advantages[mask].abs().mean()) if trained.numel() else 0.0,
-            "credit/segment_adv_mean": float(trained.mean()) if trained.numel() else 0.0,
-            "credit/trained_token_share": float(mask.sum()) / max(1, int(batch.loss_mask.sum())),
-            "credit/negative_token_share": float((trained < 0).float().mean()) if trained.numel() else 0.0,
-        }
-        return batch.replace(advantages=advantages, loss_mask=mask), metrics
 
 
 @registered

@@ -26,8 +26,8 @@ The sampler (`SpoTreeSampler`), for every prompt of a step, level by level, batc
    edge's child that extends its parent's path. The rows are those leaves' whole responses (real rewards and
    verdicts); a row's `edge_mask` marks the tokens of the edges it carries, its `segment_ids` and `step_values`
    the segments of its path and the values of the nodes they start from, so that SPO's segment estimator
-   (`credo.rollout.samplers.spo_chain.SegmentAdvantage`: next segment's start value, the reward after the last,
-   minus this segment's) gives every carried token its edge's `V(c) - V(p)`. `cutpoint_mask` marks the tokens
+   (`credo.credit.spo.TreeEdgeAdvantage`: next segment's start value, the reward after the last, minus this
+   segment's) gives every carried token its edge's `V(c) - V(p)`. `cutpoint_mask` marks the tokens
    sampled below `threshold` (the probability mask, as SPO-chain's).
 A prompt whose tree has no edge to train gives one row (its first leaf) with nothing in its `edge_mask`. Every
 token generated in the tree counts in the rollout's tokens (`spo_tree/tokens`).
@@ -64,14 +64,13 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 from pydantic import Field
 
-from credo.batch import RecordedField, RolloutBatch, inside_response
-from credo.credit.base import Metrics
+from credo.batch import RecordedField, inside_response
 from credo.rollout.backend import GenerationBackend
 from credo.rollout.generate import encode_prompts, per_token
 from credo.rollout.groups import ProblemStream, Rollout
 from credo.rollout.rows import SEGMENT_IDS, Row, assemble, make_rows
 from credo.rollout.samplers.base import Sampler, registered
-from credo.rollout.samplers.spo_chain import SegmentAdvantage, SpoChainSampler
+from credo.rollout.samplers.spo_chain import SpoChainSampler
 from credo.rollout.thoughts import ThoughtRules
 from credo.rollout.values import STEP_VALUES
 from credo.schema import Section
@@ -300,19 +299,6 @@ def tree_rollout(roots: list[Node], tokens: int, pad: int, spo: SpoTreeConfig, r
 def descendants(node: Node) -> list[Node]:
     """Every node below `node`, in the tree's order."""
     return [n for c in node.children for n in (c, *descendants(c))]
-
-
-@dataclass(frozen=True, kw_only=True)
-class TreeEdgeAdvantage(SegmentAdvantage):
-    """SPO-tree's estimator: SPO's segment advantages (`SegmentAdvantage`: each segment's change in value, the
-    probability mask, whitening) on the tokens of the edges each row carries (`edge_mask`) only."""
-
-    reads: ClassVar[frozenset[str]] = SegmentAdvantage.reads | {"edge_mask"}
-
-    def __call__(self, batch: RolloutBatch) -> tuple[RolloutBatch, Metrics]:
-        if batch.edge_mask is None:
-            raise ValueError("TreeEdgeAdvantage needs RolloutBatch.edge_mask (the spo_tree sampler's), but it is None")
-        return super().__call__(batch.replace(loss_mask=batch.loss_mask & batch.edge_mask))
 
 
 @registered
