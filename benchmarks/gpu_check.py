@@ -338,7 +338,7 @@ def check_precision(model: str, problems: Path | None, device: torch.device, sha
     from credo.checkpoint import RunDirectory
     from credo.rollout.groups import ProblemStream
     from credo.train import accumulate_gradient, behaviour_batch, sample_rollout
-    from credo.trainer import build_trainer
+    from credo.run_setup import build_trainer
 
     task = jsonl_task(problems) if problems is not None else None
     config = job_config(GPU_CONFIG, smollm2_overrides(model, device.type, shape), task)
@@ -417,7 +417,7 @@ def check_where_time_goes(model: str, problems: Path | None, device: torch.devic
     from credo.rollout.generate import encode_prompts, generate
     from credo.rollout.groups import ProblemStream
     from credo.train import accumulate_gradient, behaviour_batch, sample_rollout
-    from credo.trainer import build_trainer
+    from credo.run_setup import build_trainer
 
     task = jsonl_task(problems) if problems is not None else None
     config = job_config(GPU_CONFIG, smollm2_overrides(model, device.type, shape), task)

@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
     from credo.checkpoint import RunDirectory
     from credo.rollout.groups import ProblemStream
     from credo.train import accumulate_gradient, behaviour_batch, sample_rollout
-    from credo.trainer import build_trainer
+    from credo.run_setup import build_trainer
 
     with (tiny_testbed() if args.quick else contextlib.nullcontext()) as tiny, \
             tempfile.TemporaryDirectory(prefix="credo_mfu_") as workdir:

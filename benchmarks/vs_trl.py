@@ -74,7 +74,7 @@ from _timing import synchronize
 
 from credo.config import RunConfig, load_config
 from credo.hf_compat import no_checkpointing
-from credo.trainer import uses_autocast
+from credo.run_setup import uses_autocast
 
 CONFIG = Path(__file__).parents[1] / "configs" / "testbed" / "grpo.yaml"
 

@@ -272,7 +272,7 @@ def test_a_run_killed_before_its_first_checkpoint_restarts_with_resume(tmp_path,
     (killed / "checkpoints" / ".step_000003.x7q").mkdir(parents=True)  # as if killed while writing a checkpoint
     with pytest.raises(FileExistsError, match="already holds a run"):
         train(load_config(killed / "config.yaml"), killed, show_progress=False)
-    with caplog.at_level(logging.WARNING, logger="credo.trainer"):
+    with caplog.at_level(logging.WARNING, logger="credo.run_setup"):
         summary = train(load_config(killed / "config.yaml"), killed, resume=True, show_progress=False)
     assert [r.getMessage() for r in caplog.records] == [
         f"{killed} has no checkpoint (it stopped before its first): starting it again from step 0"]
@@ -282,7 +282,7 @@ def test_a_run_killed_before_its_first_checkpoint_restarts_with_resume(tmp_path,
 
 KILLER = """
 import os, signal, sys
-import credo.train as trainer_module
+import credo.train as train_module
 from credo.config import load_config
 
 point, run_dir, settings = sys.argv[1], sys.argv[2], sys.argv[3:]
@@ -294,7 +294,7 @@ def die():
 
 
 def kill_in(name, call, after):
-    original = getattr(trainer_module, name)
+    original = getattr(train_module, name)
 
     def wrapped(*args, **kwargs):
         calls[name] = calls.get(name, 0) + 1
@@ -305,7 +305,7 @@ def kill_in(name, call, after):
             die()
         return result
 
-    setattr(trainer_module, name, wrapped)
+    setattr(train_module, name, wrapped)
 
 
 KILL_POINTS = {
@@ -315,7 +315,7 @@ KILL_POINTS = {
     "mid_export": ("export_model", 1, True),           # the final model written to its temporary folder only
 }
 kill_in(*KILL_POINTS[point])
-trainer_module.train(load_config(None, settings), run_dir, show_progress=False)
+train_module.train(load_config(None, settings), run_dir, show_progress=False)
 """
 
 

@@ -147,7 +147,7 @@ def test_restore_undoes_the_optimiser_steps(odd_length_reward, tmp_path):
     from credo.gradient_variance import _restore, _training_state
     from credo.rollout.groups import ProblemStream
     from credo.train import behaviour_batch, optimiser_step, sample_rollout
-    from credo.trainer import build_trainer
+    from credo.run_setup import build_trainer
 
     trainer = build_trainer(load_config(None, TINY + ["rollout.group_size=4", "optim.minibatches=2"]),
                             RunDirectory(tmp_path))
@@ -182,7 +182,7 @@ def _policy_parameters(config):
     from tempfile import TemporaryDirectory
 
     from credo.checkpoint import RunDirectory
-    from credo.trainer import build_trainer
+    from credo.run_setup import build_trainer
 
     with TemporaryDirectory() as scratch:
         return [p for p in build_trainer(config, RunDirectory(scratch)).model.parameters() if p.requires_grad]

@@ -17,8 +17,8 @@ from credo.checkpoint import RunDirectory, TrainState
 from credo.config import ModelConfig, load_config
 from credo.models import load_model
 from credo.policy import policy_logprobs
+from credo.run_setup import REFERENCE_FILE, build_trainer
 from credo.train import behaviour_batch, sample_rollout, train, update
-from credo.trainer import REFERENCE_FILE, build_trainer
 
 KL = ["loss.kl_beta=0.1", "optim.lr=1e-2", "rollout.group_size=4"]
 TIMING = ("time/", "tokens_per_s", "wall_s")

@@ -22,7 +22,7 @@ LAYERS: list[set[str]] = [
     {"config"},  # the run configuration
     {"testbed", "policy", "evaluate", "checkpoint", "plots", "progress", "demo"},
     {"models", "testbed_facts"},  # model sources (the testbed among them) and the generation backend; regime facts
-    {"trainer"},  # a run's set-up and bookkeeping: the Trainer, device, start or resume, reference fingerprint
+    {"run_setup"},  # a run's set-up: the Trainer, device, start or resume, reference fingerprint
     {"train"},  # the training loop and its step
     {"study", "integrations", "gradient_variance"},  # studies; TRL and verl adapters; measurements over runs
     {"cli", "__init__"},  # the command line; the package's public names

@@ -10,7 +10,7 @@ import yaml
 from tiny import TINY
 from typer.testing import CliRunner
 
-import credo.trainer as trainer_module
+from credo import run_setup
 from credo.cli import app
 from credo.config import ConfigError, load_config
 from credo.train import train
@@ -44,7 +44,7 @@ def test_allowed_overrides_are_applied_and_recorded(finished):
 def test_an_lr_override_is_refused_before_anything_loads(finished, monkeypatch):
     """`--resume RUN --set optim.lr=5e-4` used to train on with the checkpoint's lr, recording neither."""
     before = {name: (finished / name).read_text() for name in ("config.yaml", "metrics.jsonl")}
-    monkeypatch.setattr(trainer_module, "load_model", lambda *args: pytest.fail("the model was loaded"))
+    monkeypatch.setattr(run_setup, "load_model", lambda *args: pytest.fail("the model was loaded"))
     config = load_config(finished / "config.yaml", ["optim.lr=5e-4", "train.steps=4"])
     with pytest.raises(ConfigError) as info:
         train(config, finished, resume=True, show_progress=False)

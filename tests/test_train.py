@@ -258,11 +258,11 @@ def test_micro_batches_give_the_same_update(tmp_path, limit):
 def test_on_policy_update_gives_the_update_of_a_separate_behaviour_pass(tmp_path, monkeypatch):
     import dataclasses
 
-    import credo.train as trainer_module
+    import credo.train as train_module
 
     run(tmp_path, None, ["train.steps=2"], name="on_policy")
-    build = trainer_module.build_trainer
-    monkeypatch.setattr(trainer_module, "build_trainer",
+    build = train_module.build_trainer
+    monkeypatch.setattr(train_module, "build_trainer",
                         lambda *args, **kwargs: dataclasses.replace(build(*args, **kwargs), on_policy=False))
     run(tmp_path, None, ["train.steps=2"], name="behaviour_pass")
     a, b = ([json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
@@ -280,7 +280,7 @@ def test_on_policy_update_gives_the_update_of_a_separate_behaviour_pass(tmp_path
 ])
 def test_which_runs_skip_the_behaviour_pass(tmp_path, method, extra, on_policy):
     from credo.checkpoint import RunDirectory
-    from credo.trainer import build_trainer
+    from credo.run_setup import build_trainer
 
     config = load_config(None, TINY + [f"method={method}"] + extra)
     assert build_trainer(config, RunDirectory(tmp_path)).on_policy is on_policy
@@ -359,7 +359,7 @@ def test_lora_trains_only_the_adapters(tmp_path, monkeypatch):
     from credo.tasks import Verdict
     from credo.tasks.arith import ArithTask
     from credo.train import behaviour_batch, sample_rollout, update
-    from credo.trainer import build_trainer
+    from credo.run_setup import build_trainer
 
     # The tiny model never answers right; reward odd-length responses so that the groups carry signal.
     monkeypatch.setattr(ArithTask, "verify", lambda self, p, r: Verdict(float(len(r) % 2), bool(len(r) % 2)))
@@ -466,7 +466,7 @@ def test_smollm2_trains_a_few_grpo_steps_on_a_reasoning_gym_task(tmp_path):
     (True, "cpu", True, None),      # no effect off CUDA
 ])
 def test_tf32_follows_its_setting_on_cuda_and_autocast_where_unset(setting, device, autocast, expected):
-    from credo.trainer import uses_tf32
+    from credo.run_setup import uses_tf32
 
     assert uses_tf32(setting, torch.device(device), autocast) is expected
 

@@ -8,7 +8,7 @@ the RNG states: tensors and plain types only, loaded with `torch.load(weights_on
 (step, data position, counters; read back strictly, `TrainState`). Its files are fsynced before the folder is renamed into place; resuming
 passes over an unreadable newest checkpoint to the one before it. With `train.report_to`, the trackers' local
 files go there too (`tensorboard/`, `wandb/`, `mlruns/`, and `trackers.json`, their run ids); with a KL
-penalty, `reference.json` (the reference weights' fingerprint, `credo.trainer.check_reference`).
+penalty, `reference.json` (the reference weights' fingerprint, `credo.run_setup.check_reference`).
 
 A run directory may come from elsewhere, so nothing in it is trusted: no write, removal or lock follows a link
 in it (`RunDirectory.lock`), `state.json` and the logs are read back with their types and ranges checked

@@ -313,7 +313,7 @@ def evaluation_setup(run_config: RunConfig, model_config: ModelConfig) -> tuple[
     from credo.evaluate import eval_subset
     from credo.models import load_model, make_backend
     from credo.tasks import build_task
-    from credo.trainer import pick_device
+    from credo.run_setup import pick_device
 
     model, tokenizer = load_model(model_config, pick_device(run_config.train.device))
     backend = make_backend(run_config.rollout, model, tokenizer, model_config, seed=run_config.train.seed)

@@ -39,8 +39,8 @@ from torch import Tensor
 from credo.checkpoint import RunDirectory, TrainState
 from credo.config import RunConfig
 from credo.rollout.groups import ProblemStream
+from credo.run_setup import Trainer, build_trainer
 from credo.train import accumulate_gradient, behaviour_batch, optimiser_step, sample_rollout
-from credo.trainer import Trainer, build_trainer
 
 
 def gradient_draws(config: RunConfig, draws: int, after_steps: int = 0) -> tuple[Tensor, dict[str, float]]:

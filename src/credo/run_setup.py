@@ -1,12 +1,17 @@
-"""A run's set-up and bookkeeping, everything around the steps that `credo.train` takes.
+"""A run's set-up: the `Trainer` built once from the config, and the run directory's records of how the run began.
 
 `build_trainer` makes the `Trainer` once from the config: the device and precision (`pick_device`,
 `uses_autocast`, `uses_tf32`), the seeded RNGs, the method, task, model and tokenizer, the reference policy of a
-KL penalty, the optimiser and its schedule, and the generation backend. Around it, the run directory's records:
-`start_or_resume` starts a fresh run or continues a killed one from its last checkpoint, `record_resumed_config`
-records the config a resumed run trains with, and `check_reference` keeps the reference policy's fingerprint so
-that a resumed run measures its KL penalty against the same model. `check_reward_shapes` calls the custom reward
-functions once before anything is sampled.
+KL penalty, the optimiser and its schedule, and the generation backend. `check_reward_shapes` calls the custom
+reward functions once before anything is sampled. Then, before the first step, the run directory's records:
+`start_or_resume` starts a fresh run (writing its config.yaml) or continues a killed one from its last checkpoint,
+`record_resumed_config` records the config a resumed run trains with, and `check_reference` keeps the reference
+policy's fingerprint so that a resumed run measures its KL penalty against the same model. `reward_state` is the
+reward functions' view of the run's progress.
+
+What happens during the run, the steps and their records (metrics, samples, evaluations, checkpoints, the
+summary), is the training loop's, `credo.train`. (The module is not called `trainer.py`, so that it cannot be
+mistaken for the loop's `train.py`.)
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The trainer: sample groups -> verify -> credit -> update, one rollout batch per step.
+"""The training loop: sample groups -> verify -> credit -> update, one rollout batch per step.
 
 `train(config, run_dir)` reads top to bottom: each step samples `prompts_per_step` groups, verified as they are
 drawn (`sample_rollout`: the samplers verify each response before deciding what to draw next), scores the
@@ -6,9 +6,10 @@ behaviour policy's log-probs and token statistics once (and a frozen reference p
 with a KL penalty; `behaviour_batch`), runs the method's credit estimator once, then takes
 `minibatches * epochs` optimiser steps with the method's loss (`update`). Metrics (to metrics.jsonl and the
 trackers of `train.report_to`), samples, evaluations (every `train.eval_every` steps, and at the rollout-token
-checkpoints of `train.eval_every_tokens`) and checkpoints follow. The run's set-up and bookkeeping (the
-`Trainer`, the device, a fresh start or a resume from the last checkpoint, the reference policy's fingerprint)
-are `credo.trainer`'s; `train(..., resume=True)` continues a killed run from its last checkpoint exactly.
+checkpoints of `train.eval_every_tokens`), checkpoints and the run's summary follow, all from this loop. The run's
+set-up (the `Trainer`, the device, a fresh start or a resume from the last checkpoint, the reference policy's
+fingerprint) is `credo.run_setup`'s; `train(..., resume=True)` continues a killed run from its last checkpoint
+exactly.
 """
 
 from __future__ import annotations
@@ -33,9 +34,7 @@ from credo.progress import TrainProgress
 from credo.rollout.crn import EVAL, TRAIN
 from credo.rollout.groups import ProblemStream, Rollout
 from credo.rollout.thoughts import blame_start, thought_verdicts, token_pieces
-from credo.tasks import Verdict
-from credo.trackers import Trackers
-from credo.trainer import (
+from credo.run_setup import (
     Trainer,
     build_trainer,
     check_reference,
@@ -43,6 +42,8 @@ from credo.trainer import (
     reward_state,
     start_or_resume,
 )
+from credo.tasks import Verdict
+from credo.trackers import Trackers
 
 log = logging.getLogger(__name__)
 

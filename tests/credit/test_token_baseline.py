@@ -217,7 +217,7 @@ def test_the_trainer_scores_sum_pi_squared_as_the_naive_softmax_at_the_sampling_
     from credo.policy import sequence_inputs
     from credo.rollout.groups import ProblemStream
     from credo.train import behaviour_batch, sample_rollout
-    from credo.trainer import build_trainer
+    from credo.run_setup import build_trainer
 
     config = load_config(None, TINY + ["method=otb", "rollout.temperature=0.7", "train.logprob_chunk=5"])
     trainer = build_trainer(config, RunDirectory(tmp_path))

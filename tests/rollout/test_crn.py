@@ -106,7 +106,7 @@ def test_a_training_step_samples_the_same_batch_whatever_came_before(tmp_path):
     from credo.checkpoint import RunDirectory
     from credo.rollout.groups import ProblemStream
     from credo.train import sample_rollout
-    from credo.trainer import build_trainer
+    from credo.run_setup import build_trainer
 
     def batch(keyed: bool, noise_seed: int) -> list[list[int]]:
         config = load_config(None, TINY + [f"rollout.common_random_numbers={str(keyed).lower()}"])
