@@ -1,0 +1,138 @@
+"""Multi-turn environments: the calculator's and the guessing game's turns and their per-turn checkers, read
+behind the scorer sandbox (`credo.tasks.environment`)."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+
+import pytest
+
+from credo.tasks.arith import MODULUS, Chain
+from credo.tasks.base import Problem
+from credo.tasks.calculator import CalculatorEnvironment
+from credo.tasks.environment import TurnOutcome, _turn_outcome
+from credo.tasks.guessing import GuessingEnvironment
+from credo.tasks.sandbox import SCORERS
+
+
+def scorer(name: str):
+    """A scorer module imported in this process, to test its rules directly (the environments run it sandboxed)."""
+    spec = importlib.util.spec_from_file_location(name, SCORERS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+CHAIN = Chain(start=12, steps=(("+", 5), ("-", 9), ("+", 3)))  # 12 -> 17 -> 08 -> 11
+PROBLEM = Problem(prompt=CHAIN.prompt, answer="11", difficulty="steps=3", meta={"chain": CHAIN})
+
+
+def play(turns: list[str]) -> list[dict]:
+    calc = scorer("calculator_env")
+    state = CalculatorEnvironment(max_turns=8).reset(PROBLEM)  # no worker starts before a step
+    out = []
+    for turn in turns:
+        reply = calc.step(state, turn)
+        out.append(reply)
+        state = reply["state"]
+    return out
+
+
+def test_a_right_chain_of_calls_is_right_at_every_turn_and_earns_the_reward():
+    replies = play(["<call>12+5</call>", "<call>17-9</call>", "<call>8+3</call>", "\\boxed{11}"])
+    assert [r["observation"] for r in replies] == ["<obs>17</obs>", "<obs>8</obs>", "<obs>11</obs>", ""]
+    assert [r["correct"] for r in replies] == [True, True, True, True]
+    assert replies[-1]["done"] and replies[-1]["reward"] == 1.0
+
+
+def test_each_call_is_judged_on_the_value_the_calculator_returned_not_on_the_chain_s():
+    # the first call adds 6 instead of 5 (wrong); the second applies the right step to the value it got (right);
+    # the answer repeats the calculator's value (right as a turn) but is not the chain's answer (reward 0)
+    replies = play(["<call>12+6</call>", "<call>18-9</call>", "<call>9+3</call>", "\\boxed{12}"])
+    assert [r["correct"] for r in replies] == [False, True, True, True]
+    assert replies[-1]["reward"] == 0.0
+    # a right final value written after a wrong history is a wrong answer turn that happens to earn the reward
+    lucky = play(["<call>12+6</call>", "<call>18-9</call>", "<call>9+3</call>", "\\boxed{11}"])
+    assert lucky[-1]["correct"] is False and lucky[-1]["reward"] == 1.0
+
+
+def test_checks_decide_nothing_and_an_undo_is_right_when_it_takes_back_a_wrong_call():
+    replies = play(["<call>12+6</call>", "<call>check</call>", "<call>undo</call>", "<call>12+5</call>",
+                    "<call>check</call>", "<call>undo</call>"])
+    assert [r["kind"] for r in replies] == ["call", "check", "undo", "call", "check", "undo"]
+    assert [r["observation"] for r in replies] == ["<obs>18</obs>", "<obs>no</obs>", "<obs>12</obs>",
+                                                  "<obs>17</obs>", "<obs>ok</obs>", "<obs>12</obs>"]
+    assert [r["correct"] for r in replies] == [False, None, True, True, None, False]
+    assert replies[-1]["state"]["taken"] == 0
+
+
+def test_a_turn_outside_the_grammar_is_a_wrong_turn_that_changes_nothing():
+    for turn in ["", "<call>12+5", "<call>1234567+1</call>", "<call>__import__('os')</call>", "<call>undo</call>",
+                 "<call>12/5</call>", "\u2028<call>12+5</call>x"]:
+        reply = play([turn])[0]
+        assert (reply["kind"], reply["correct"], reply["done"]) == ("invalid", False, False), turn
+        assert reply["state"]["taken"] == 0 and reply["observation"] == "<obs>?</obs>"
+
+
+def test_calls_past_the_chain_s_end_and_early_answers_are_wrong():
+    replies = play(["<call>12+5</call>", "\\boxed{17}"])
+    assert replies[-1]["correct"] is False and replies[-1]["reward"] == 0.0
+    replies = play(["<call>12+5</call>", "<call>17-9</call>", "<call>8+3</call>", "<call>11+1</call>"])
+    assert replies[-1]["correct"] is False
+    assert play(["<call>99+5</call>"])[0]["observation"] == f"<obs>{(99 + 5) % MODULUS}</obs>"
+
+
+@functools.cache
+def worst_case(lo: int, hi: int) -> int:
+    """The loop reference: the fewest guesses that find any secret in lo..hi in the worst case, by recursion."""
+    if lo > hi:
+        return 0
+    return 1 + min(max(worst_case(lo, g - 1), worst_case(g + 1, hi)) for g in range(lo, hi + 1))
+
+
+def test_a_guess_is_optimal_exactly_when_it_keeps_the_minimax_number_of_guesses():
+    guess = scorer("guess_env")
+    for lo, hi in [(1, 1), (1, 2), (1, 7), (1, 10), (3, 20), (0, 31), (5, 37)]:
+        for g in range(lo - 1, hi + 2):
+            minimax = lo <= g <= hi and 1 + max(worst_case(lo, g - 1), worst_case(g + 1, hi)) == worst_case(lo, hi)
+            assert guess.optimal(lo, hi, g) == minimax, (lo, hi, g)
+
+
+def test_the_guessing_game_narrows_the_range_and_ends_on_the_secret():
+    guess = scorer("guess_env")
+    problem = Problem("guess 1..10", "7", meta={"low": 1, "high": 10, "secret": 7})
+    state = GuessingEnvironment(max_turns=4).reset(problem)
+    replies = []
+    for turn in ["<call>guess 5</call>", "<call>guess 2</call>", "<call>guess 8</call>", "<call>guess 7</call>"]:
+        replies.append(guess.step(state, turn))
+        state = replies[-1]["state"]
+    assert [r["observation"] for r in replies] == ["<obs>higher</obs>", "<obs>higher</obs>", "<obs>lower</obs>", ""]
+    assert [r["correct"] for r in replies] == [True, False, True, True]  # 2 lies outside 6..10 once 5 said higher
+    assert replies[-1]["done"] and replies[-1]["reward"] == 1.0
+    with pytest.raises(ValueError, match="outside 1..10"):
+        GuessingEnvironment(max_turns=4).reset(Problem("guess", "11", meta={"low": 1, "high": 10, "secret": 11}))
+
+
+def test_a_reply_that_is_not_an_outcome_is_refused():
+    good = {"observation": "<obs>1</obs>", "done": False, "state": {"x": 1}, "kind": "call", "correct": True}
+    assert _turn_outcome(good) == TurnOutcome("<obs>1</obs>", False, {"x": 1}, "call", True)
+    for bad in [None, [], {**good, "state": None}, {**good, "done": 1}, {**good, "correct": "yes"},
+                {**good, "reward": True}, {**good, "turn_reward": "1"}, {**good, "observation": 5}]:
+        assert _turn_outcome(bad) is None, bad
+
+
+def test_the_environments_read_turns_behind_the_sandbox_and_a_failed_step_ends_its_episode():
+    env = CalculatorEnvironment(max_turns=8)
+    states = [env.reset(PROBLEM), env.reset(PROBLEM)]
+    outcomes = env.step_batch(states, ["<call>12+5</call>", "<call>12+6</call>"])
+    assert [(o.observation, o.correct, o.failed) for o in outcomes] == [("<obs>17</obs>", True, False),
+                                                                         ("<obs>18</obs>", False, False)]
+    # a state the scorer cannot read (its own bug, or a forged one) raises in the child: that episode ends, scored 0
+    broken = env.step_batch([{"start": 1}, outcomes[0].state], ["<call>1+1</call>", "<call>17-9</call>"])
+    assert broken[0] == TurnOutcome("", True, {"start": 1}, kind="failed", reward=0.0, failed=True)
+    assert broken[1].correct is True and env.failures == 1
+    guesses = GuessingEnvironment(max_turns=4)
+    state = guesses.reset(Problem("guess 1..3", "2", meta={"low": 1, "high": 3, "secret": 2}))
+    (found,) = guesses.step_batch([state], ["<call>guess 2</call>"])
+    assert found.done and found.reward == 1.0 and found.correct is True
