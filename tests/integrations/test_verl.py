@@ -75,6 +75,22 @@ def test_every_name_resolves_through_verls_own_getters_and_register_is_idempoten
     assert "credo_grpo" not in _agent_loop_registry  # i.i.d. groups: verl's own single_turn_agent
 
 
+def test_the_agent_loops_follow_what_each_sampler_declares_not_its_name(monkeypatch):
+    """The adapter reads `Sampler.verl_agent_loop` only: every class a sampler names is one of credo's agent loops
+    and runs that sampler, and a sampler renamed keeps its loop."""
+    from credo.integrations import verl_agent
+    from credo.rollout.samplers import SAMPLERS
+
+    declared = {name: SAMPLERS.get(name).verl_agent_loop for name in SAMPLERS}
+    assert {name for name, loop in declared.items() if loop} == {"resets", "revisions"}
+    for loop in filter(None, declared.values()):
+        assert issubclass(getattr(verl_agent, loop), verl_agent.CredoAgentLoop)
+    method = get_method("srpo")
+    monkeypatch.setattr(type(method.sampler), "name", "renamed")
+    assert cv.refusal(method) is None  # carried by its agent loop, which a name-keyed adapter would not find
+    assert f"{cv.AGENT_LOOP_MODULE}.ResetAgentLoop" in cv.agent_loop_targets()
+
+
 def test_names_conflicts_and_unsupported_methods_are_errors():
     cv.register_method("credo_test_p90", "p_trace", loss={"decay": 0.9})
     cv.register_method("credo_test_p90", "p_trace", loss={"decay": 0.9})  # same: nothing happens
@@ -563,6 +579,8 @@ def test_reset_agent_loop_needs_n_equal_to_the_splits_rows_and_no_oracle():
         run_agent_loop(ResetAgentLoop, reset_script(), problem, 4, method="srpo")
     with pytest.raises(ValueError, match="step checker"):
         run_agent_loop(ResetAgentLoop, reset_script(), problem, 8, method="srpo", resets={"localiser": "oracle"})
+    with pytest.raises(ValueError, match="does not run the revisions sampler of credo method 'ibpo'"):
+        run_agent_loop(ResetAgentLoop, reset_script(), problem, 8, method="ibpo")
 
 
 def test_a_greedy_request_is_a_plain_rollout_without_resets():
@@ -698,7 +716,7 @@ def documented_overrides(name, agg=None):
     loop with 8 sessions per prompt (a reset split's rows; a revision group's)."""
     method = get_method(cv.verl_names()[name])
     overrides = [f"{ESTIMATOR}={name}", f"{LOSS}={name}", f"{AGG_KEY}={agg or AGG[method.loss.agg]}"]
-    if method.sampler.name in cv.AGENT_LOOPS:
+    if method.sampler.verl_agent_loop is not None:
         overrides += [f"{LOOP}={name}", "actor_rollout_ref.rollout.n=8"]
     return overrides
 

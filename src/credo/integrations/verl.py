@@ -60,6 +60,7 @@ from credo.credit import GroupAdvantage
 from credo.extras import require
 from credo.integrations.conventions import convention_switches
 from credo.methods import METHODS, Method, get_method
+from credo.rollout.samplers import SAMPLERS
 
 VERL_VERSION = "0.9.1"
 """The verl release these adapters follow (signatures, registries, `global_batch_info`, agent loops)."""
@@ -83,9 +84,10 @@ def refusal(method: Method) -> str | None:
     """Why verl's interfaces cannot carry `method`, or None if they can (asked of the method's parts).
 
     i.i.d. group methods: the estimator sees rewards, masks and uids only (not even the token ids), and only
-    `advantages` reach the policy loss. Reset and revision methods run credo's sampler and estimator in their
-    agent loop (`AGENT_LOOPS`), which hands each row's advantage and trained-token mask over."""
-    if method.sampler.name in AGENT_LOOPS:
+    `advantages` reach the policy loss. A method whose sampler declares a verl agent loop (`Sampler.verl_agent_loop`:
+    resets, revisions) runs credo's sampler and estimator in it, which hands each row's advantage and trained-token
+    mask over."""
+    if method.sampler.verl_agent_loop is not None:
         available, carried = AGENT_LOOP_FIELDS | frozenset(method.sampler.records), {"advantages", "loss_mask"}
     elif method.sampler.iid:
         if getattr(method.estimator, "reads_token_ids", False):
@@ -115,8 +117,14 @@ AGG_MODES = {
 }
 """verl's `loss_agg_mode` -> credo's `agg` (verl's token-sum and seq-mean-token-sum have no credo form)."""
 
-AGENT_LOOPS = {"resets": "ResetAgentLoop", "revisions": "RevisionAgentLoop"}
-"""credo sampler -> its verl agent loop class in `credo.integrations.verl_agent`."""
+AGENT_LOOP_MODULE = "credo.integrations.verl_agent"
+"""The module of credo's verl agent loops: the classes the samplers name (`Sampler.verl_agent_loop`)."""
+
+
+def agent_loop_targets() -> set[str]:
+    """The `_target_` of every credo agent loop: each class a registered sampler names (`Sampler.verl_agent_loop`)."""
+    return {f"{AGENT_LOOP_MODULE}.{SAMPLERS.get(name).verl_agent_loop}" for name in SAMPLERS
+            if SAMPLERS.get(name).verl_agent_loop is not None}
 
 CONVENTIONS = ("credo", "verl")
 """`conventions` of `register` / `register_method`: credo's defaults, or verl's own (`credo.integrations.
@@ -182,7 +190,7 @@ def register_method(
         raise ValueError(f"verl already has an advantage estimator {verl_name!r} that is not credo's")
     core.ADV_ESTIMATOR_REGISTRY[verl_name] = advantage_fn(chosen, verl_single_rows=conventions == "verl")
     core.POLICY_LOSS_REGISTRY[verl_name] = policy_loss_fn(chosen)
-    if agent_loop and chosen.sampler.name in AGENT_LOOPS:
+    if agent_loop and chosen.sampler.verl_agent_loop is not None:
         register_agent_loop(verl_name, method, estimator=estimator, loss=loss)
     _registered[verl_name] = key
     return chosen
@@ -240,12 +248,12 @@ def register_agent_loop(
     The entry is what verl's `agent_loop_config_path` YAML would hold: the class path plus constructor
     keyword arguments (`method`, the switch overrides, and `options` such as `resets={...}`)."""
     chosen = get_method(method, estimator=estimator, loss=loss)
-    if chosen.sampler.name not in AGENT_LOOPS:
+    if chosen.sampler.verl_agent_loop is None:
         raise ValueError(f"credo method {method!r} samples i.i.d. groups: use verl's own single_turn_agent")
     require("verl", "verl", "the verl integration")
     from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
 
-    entry = {"_target_": f"credo.integrations.verl_agent.{AGENT_LOOPS[chosen.sampler.name]}", "method": method}
+    entry = {"_target_": f"{AGENT_LOOP_MODULE}.{chosen.sampler.verl_agent_loop}", "method": method}
     entry.update({k: dict(v) for k, v in (("estimator", estimator), ("loss", loss)) if v})
     entry.update(options)
     _agent_loop_registry[verl_name] = entry
@@ -329,7 +337,7 @@ def advantage_fn(method: Method, *, verl_single_rows: bool = False) -> Callable[
     loop already ran credo's estimator on the whole group, and each row's score *is* its advantage, spread
     over `response_mask` (the row's trained tokens); scores that do not add up to 0 over a prompt's rows are
     a `ValueError` (rewards from another agent loop, read as advantages, would train silently wrong)."""
-    precredited = method.sampler.name in AGENT_LOOPS
+    precredited = method.sampler.verl_agent_loop is not None
 
     def compute(token_level_rewards: Tensor, response_mask: Tensor, index: Sequence[Any] | None = None,
                 config: Any = None, **kwargs: Any) -> tuple[Tensor, Tensor]:
@@ -490,10 +498,11 @@ def check_agent_loop(config: Any, estimator: Method | None) -> None:
     or None) runs with credo's agent loop of the same method, and that agent loop with it: the loop scores
     each row with its advantage, which only that estimator reads as one (verl's would normalise it again).
     Such a run also needs rewards without verl's in-reward KL penalty, verl's v1 trainer (which keeps a
-    prompt's sessions in one worker) and `rollout.n` sessions that make one group (`check_group_size`)."""
+    prompt's sessions in one worker) and `rollout.n` sessions that make one group (the agent loop's
+    `check_sessions`)."""
     loop_name, estimator_name = _select(config, AGENT_LOOP_KEY), _select(config, ESTIMATOR_KEY)
     loop = _credo_agent_loop(config, loop_name)
-    precredited = estimator is not None and estimator.sampler.name in AGENT_LOOPS
+    precredited = estimator is not None and estimator.sampler.verl_agent_loop is not None
     if loop is None and not precredited:
         return
     if precredited and (loop is None or loop["method"] != estimator.name):
@@ -510,10 +519,10 @@ def check_agent_loop(config: Any, estimator: Method | None) -> None:
     if not _select(config, "trainer.use_v1"):
         raise ValueError(f"trainer.use_v1=False: credo's agent loop {loop_name!r} needs a prompt's sessions in one "
                          "worker, which verl's v1 trainer keeps; set trainer.use_v1=True")
-    from credo.integrations.verl_agent import check_group_size
+    from credo.integrations import verl_agent
 
-    split = _reset_split(loop) if estimator.sampler.name == "resets" else None
-    check_group_size(estimator.sampler.name, int(_select(config, "actor_rollout_ref.rollout.n")), split)
+    loop_class = getattr(verl_agent, estimator.sampler.verl_agent_loop)
+    loop_class.check_sessions(loop, int(_select(config, verl_agent.GROUP_SIZE_KEY)))
 
 
 def _credo_agent_loop(config: Any, name: str) -> dict[str, Any] | None:
@@ -527,15 +536,7 @@ def _credo_agent_loop(config: Any, name: str) -> dict[str, Any] | None:
     entries = {entry.name: entry for entry in OmegaConf.load(resolve_config_path(path))} if path else {}
     entry = entries.get(name, _agent_loop_registry.get(name))
     entry = OmegaConf.to_container(entry, resolve=True) if OmegaConf.is_config(entry) else entry
-    ours = {f"credo.integrations.verl_agent.{cls}" for cls in AGENT_LOOPS.values()}
-    return entry if entry is not None and entry.get("_target_") in ours else None
-
-
-def _reset_split(entry: Mapping[str, Any]) -> str:
-    """The split of a reset agent loop entry (its `resets` option, validated as credo's `ResetConfig`)."""
-    from credo.rollout.samplers.resets import ResetConfig
-
-    return ResetConfig(**(entry.get("resets") or {})).split
+    return entry if entry is not None and entry.get("_target_") in agent_loop_targets() else None
 
 
 def hook_validate_config() -> None:

@@ -235,18 +235,6 @@ GROUP_SIZE_KEY = "actor_rollout_ref.rollout.n"
 """verl's sessions per prompt: the rows of one credo group."""
 
 
-def check_group_size(sampler: str, n: int, split: str | None = None) -> None:
-    """`ValueError` unless `n` sessions per prompt make one group of credo's `sampler`: a reset `split` trains
-    a fixed number of rows per prompt, a revision needs a sibling. The agent loops check it when verl builds
-    them, credo's config check (`credo.integrations.verl.validate_config`) before verl starts."""
-    if sampler == "resets" and n != SPLITS[split].rows:
-        raise ValueError(f"{GROUP_SIZE_KEY}={n}: reset split {split} trains {SPLITS[split].rows} rows per prompt; "
-                         f"set {GROUP_SIZE_KEY}={SPLITS[split].rows}")
-    if sampler == "revisions" and n < 2:
-        raise ValueError(f"{GROUP_SIZE_KEY}={n}: IBPO revises a failure against its siblings; "
-                         f"set {GROUP_SIZE_KEY} >= 2")
-
-
 def _plain(value: Any) -> Any:
     """Plain dicts and lists for options that verl's hydra instantiation hands over as OmegaConf containers."""
     if type(value).__module__.startswith("omegaconf"):
@@ -274,22 +262,26 @@ class CredoAgentLoop(SingleTurnAgentLoop):
     from which a response counts as correct when the reward function gives no `acc`; default 1.0).
     """
 
-    sampler = ""
-
     def __init__(self, *args: Any, method: str, estimator: Mapping[str, Any] | None = None,
                  loss: Mapping[str, Any] | None = None, reward_errors: str = "raise", correct_at: float = 1.0,
                  **kwargs: Any) -> None:
         options = {name: _plain(value) for name, value in self._options(kwargs).items()}
         super().__init__(*args, **kwargs)
         self.method = get_method(method, estimator=_plain(estimator), loss=_plain(loss))
-        if self.method.sampler.name != self.sampler:
-            raise ValueError(f"{type(self).__name__} runs the {self.sampler} sampler; credo method {method!r} "
-                             f"uses {self.method.sampler.name}")
+        if globals().get(self.method.sampler.verl_agent_loop or "") not in type(self).__mro__:
+            raise ValueError(f"{type(self).__name__} does not run the {self.method.sampler.name} sampler of credo "
+                             f"method {method!r} (`Sampler.verl_agent_loop`: {self.method.sampler.verl_agent_loop})")
         self.reward_errors, self.correct_at = reward_errors, correct_at
         self.configure(options)
 
     def _options(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         return {}
+
+    @classmethod
+    def check_sessions(cls, options: Mapping[str, Any], n: int) -> None:
+        """`ValueError` unless `n` sessions per prompt make one group of this loop's sampler, with the loop's
+        `options` (its agent-loop registry entry or YAML). The loop checks it when verl builds it, credo's config
+        check (`credo.integrations.verl.validate_config`) before verl starts."""
 
     def configure(self, options: dict[str, Any]) -> None:
         """Validate the sampler's options; raises early, before any rollout."""
@@ -363,8 +355,6 @@ class ResetAgentLoop(CredoAgentLoop):
     `localiser_prompt`, `thoughts`: delimiter, answer marker, caps). `rollout.n` must be the split's rows
     (8 for every split). The thought budget is capped at verl's `response_length`."""
 
-    sampler = "resets"
-
     def _options(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         return {"resets": kwargs.pop("resets", None)}
 
@@ -378,7 +368,15 @@ class ResetAgentLoop(CredoAgentLoop):
         except ValueError as error:
             raise ValueError(f"{error}; verl's reward functions have none") from None
         self.method = self.method.for_run(options)  # the `nomask` split, as credo's trainer sets it
-        check_group_size(self.sampler, self.group_size, self.resets.split)
+        self.check_sessions({"resets": {"split": self.resets.split}}, self.group_size)
+
+    @classmethod
+    def check_sessions(cls, options: Mapping[str, Any], n: int) -> None:
+        """A reset split trains a fixed number of rows per prompt."""
+        split = ResetConfig(**(options.get("resets") or {})).split
+        if n != SPLITS[split].rows:
+            raise ValueError(f"{GROUP_SIZE_KEY}={n}: reset split {split} trains {SPLITS[split].rows} rows per prompt; "
+                             f"set {GROUP_SIZE_KEY}={SPLITS[split].rows}")
 
     def sampler_config(self) -> dict[str, Any]:
         return {"resets": self.resets}
@@ -391,14 +389,12 @@ class RevisionAgentLoop(CredoAgentLoop):
     every response token trains) | "trained" (repaired failures train on their edited tokens only, each row
     normalised by its trained tokens: credo's `RevisionAdvantage(norm="trained")`)."""
 
-    sampler = "revisions"
-
     def _options(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         return {"revisions": kwargs.pop("revisions", None), "edit_mask": kwargs.pop("edit_mask", "off")}
 
     def configure(self, options: dict[str, Any]) -> None:
         self.revisions = RevisionConfig(**(options["revisions"] or {}))
-        check_group_size(self.sampler, self.group_size)
+        self.check_sessions(options, self.group_size)
         if options["edit_mask"] not in ("off", "trained"):
             raise ValueError(f"edit_mask must be 'off' or 'trained', got {options['edit_mask']!r}")
         trained = options["edit_mask"] == "trained"
@@ -407,3 +403,10 @@ class RevisionAgentLoop(CredoAgentLoop):
 
     def sampler_config(self) -> dict[str, Any]:
         return {"revisions": self.revisions}
+
+    @classmethod
+    def check_sessions(cls, options: Mapping[str, Any], n: int) -> None:
+        """A failure is revised against its siblings."""
+        if n < 2:
+            raise ValueError(f"{GROUP_SIZE_KEY}={n}: IBPO revises a failure against its siblings; "
+                             f"set {GROUP_SIZE_KEY} >= 2")

@@ -2,9 +2,9 @@
 
 A sampler owns what is particular to it, in its own module: how it draws (`sample`, and the sampling function
 behind it), which `RolloutBatch` fields it records besides the responses (`records`), whether its groups are
-i.i.d. samples of a prompt (`iid`, what engines such as TRL's GRPOTrainer can carry), its options (a `Section`
-under `rollout.<name>`), their validation against the task (`check`), and the switches it sets on the
-method's estimator (`estimator_switches`). A method names its sampler in the registry (`credo.methods`); the
+i.i.d. samples of a prompt (`iid`, what engines such as TRL's GRPOTrainer can carry), which of credo's verl agent
+loops runs it (`verl_agent_loop`), its options (a `Section` under `rollout.<name>`), their validation against the
+task (`check`), and the switches it sets on the method's estimator (`estimator_switches`). A method names its sampler in the registry (`credo.methods`); the
 trainer, the config's validation and the engine adapters ask the sampler and never branch on its name.
 
 Every module of this package but `base` is imported here, and each registers its sampler (`@registered`), so a

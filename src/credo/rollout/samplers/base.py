@@ -2,8 +2,9 @@
 
 A sampler owns what is particular to it: how it draws (`sample`), which `RolloutBatch` fields it records
 besides the responses (`records`), whether its groups are i.i.d. samples of a prompt (`iid`, what engines
-such as TRL's GRPOTrainer can carry), its options (its section of `rollout:`), their validation against
-the task (`check`), and the switches it sets on the method's estimator (`estimator_switches`). A method
+such as TRL's GRPOTrainer can carry), which of credo's verl agent loops runs it (`verl_agent_loop`), its options
+(its section of `rollout:`), their validation against the task (`check`), and the switches it sets on the method's
+estimator (`estimator_switches`). A method
 names its sampler in the registry (`credo.methods`); the trainer, the config's validation and the engine
 adapters ask the sampler and never branch on its name.
 
@@ -41,6 +42,10 @@ class Sampler:
     meaning, rule, demo value): `credo.batch` validates them, `credo methods` and the demo read them."""
     iid: ClassVar[bool] = True
     """Every row is an i.i.d. sample of its prompt under the current policy, and nothing else is drawn."""
+    verl_agent_loop: ClassVar[str | None] = None
+    """The class of `credo.integrations.verl_agent` that runs this sampler inside verl (one group per prompt, each
+    row's advantage handed to verl as its score), or None: none does (verl runs an i.i.d. sampler's groups itself,
+    with its single-turn agent loop, and cannot run the others)."""
     options: ClassVar[type[Section] | None] = None
     """The class of its own options, the section `rollout.<name>` (None: only `rollout:`'s general keys)."""
     dapo_options: ClassVar[bool] = True

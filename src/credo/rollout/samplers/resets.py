@@ -287,6 +287,7 @@ class ResetSampler(Sampler):
         "segment_ids": SEGMENT_IDS,
     }
     iid: ClassVar[bool] = False
+    verl_agent_loop: ClassVar[str | None] = "ResetAgentLoop"
     options: ClassVar[type[Section] | None] = ResetConfig
     dapo_options: ClassVar[bool] = False
 

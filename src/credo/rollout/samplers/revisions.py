@@ -189,6 +189,7 @@ class RevisionSampler(Sampler):
             _toy_edits),
     }
     iid: ClassVar[bool] = False
+    verl_agent_loop: ClassVar[str | None] = "RevisionAgentLoop"
     options: ClassVar[type[Section] | None] = RevisionConfig
 
     def sample(self, backend: GenerationBackend, task: Task, stream: ProblemStream, options: RolloutConfig) -> Rollout:
