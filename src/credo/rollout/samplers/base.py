@@ -4,9 +4,8 @@ A sampler owns what is particular to it: how it draws (`sample`), which `Rollout
 besides the responses (`records`), whether its groups are i.i.d. samples of a prompt (`iid`, what engines
 such as TRL's GRPOTrainer can carry), which of credo's verl agent loops runs it (`verl_agent_loop`), its options
 (its section of `rollout:`), their validation against the task (`check`), and the switches it sets on the method's
-estimator (`estimator_switches`). A method
-names its sampler in the registry (`credo.methods`); the trainer, the config's validation and the engine
-adapters ask the sampler and never branch on its name.
+estimator (`estimator_switches`). A method names its sampler in the registry (`credo.methods`); the trainer, the
+config's validation and the engine adapters ask the sampler and never branch on its name.
 
 A sampler is one module of `credo.rollout.samplers`: its class (registered with `@registered`), its options
 section (`options`, under `rollout.<name>`) and its sampling function.
