@@ -85,7 +85,10 @@ class Method:
     changes: str
     """What the method changes with respect to GRPO, in one sentence."""
     sampler: Sampler
-    """How rollout batches are drawn (`credo.rollout.samplers`): i.i.d. groups, resets or revisions."""
+    """How rollout batches are drawn (`credo.rollout.samplers.SAMPLERS`): i.i.d. groups (`groups`), resets of
+    failed rollouts (`resets`), revisions of failures (`revisions`), Monte-Carlo values of the states between
+    thoughts (`vine`) or at low-probability tokens (`spo_chain`), a tree of segments (`spo_tree`), or
+    continuations from high-entropy tokens (`fr3e`)."""
     estimator: CreditEstimator
     loss: PolicyLoss
 
