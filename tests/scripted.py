@@ -24,7 +24,7 @@ class ScriptedPolicy:
         self.budgets = []
         self.revision_requests = []
 
-    def generate(self, prompts, *, max_new_tokens, temperature=1.0, top_p=1.0, greedy=False, repeat=1):
+    def generate(self, prompts, *, max_new_tokens, temperature=1.0, top_p=1.0, greedy=False, repeat=1, stop=None):
         self.calls.append((len(prompts), repeat, greedy))
         self.budgets.append(max_new_tokens)
         replies = []

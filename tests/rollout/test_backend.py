@@ -39,3 +39,15 @@ def test_the_protocols_recognise_a_backend_at_run_time(policy):
     scripted = ScriptedPolicy(draw=lambda prompt: "")
     assert isinstance(transformers, TrainingBackend) and isinstance(scripted, GenerationBackend)
     assert not isinstance(scripted, TrainingBackend)  # no sync_weights: it drives samplers, not the trainer
+
+
+def test_a_call_s_stop_strings_join_the_backend_s(policy, monkeypatch):
+    import credo.rollout.generate as generation
+
+    model, tokenizer, _ = policy
+    seen = []
+    monkeypatch.setattr(generation, "generate", lambda *args, **kwargs: seen.append(kwargs["stop"]))
+    backend = TransformersBackend(model, tokenizer, stop=["</answer>"])
+    backend.generate([[1, 2]], max_new_tokens=4, stop=["</call>"])
+    backend.generate([[1, 2]], max_new_tokens=4)
+    assert seen == [["</answer>", "</call>"], ["</answer>"]]

@@ -21,9 +21,11 @@ class GenerationBackend(Protocol):
     tokenizer: Any
 
     def generate(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 1.0,
-                 top_p: float = 1.0, greedy: bool = False, repeat: int = 1) -> Completions:
+                 top_p: float = 1.0, greedy: bool = False, repeat: int = 1,
+                 stop: list[str] | None = None) -> Completions:
         """`repeat` responses per prompt (rows in prompt order), each at most `max_new_tokens` long, sampled at
-        `temperature` from the top-p nucleus, or greedy."""
+        `temperature` from the top-p nucleus, or greedy; each ends at an end token, at the end of one of the
+        backend's stop strings, or of one of `stop` (this call's: a multi-turn episode's turn marker), kept."""
         ...
 
 

@@ -339,7 +339,8 @@ class TransformersBackend:
         self.common_random_numbers, self.cuda_graphs = common_random_numbers, cuda_graphs
 
     def generate(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 1.0,
-                 top_p: float = 1.0, greedy: bool = False, repeat: int = 1) -> Completions:
+                 top_p: float = 1.0, greedy: bool = False, repeat: int = 1,
+                 stop: list[str] | None = None) -> Completions:
         was_training = self.model.training
         self.model.eval()
         crn = self.common_random_numbers
@@ -347,7 +348,8 @@ class TransformersBackend:
         try:
             return generate(
                 self.model, self.tokenizer, prompts, max_new_tokens=max_new_tokens, temperature=temperature,
-                top_p=top_p, greedy=greedy, stop=self.stop, batch_size=self.batch_size, repeat=repeat, keys=keys,
+                top_p=top_p, greedy=greedy, stop=[*(self.stop or []), *(stop or [])], batch_size=self.batch_size,
+                repeat=repeat, keys=keys,
                 cuda_graphs=self.cuda_graphs,
             )
         finally:

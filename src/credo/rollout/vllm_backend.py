@@ -48,12 +48,14 @@ class VllmBackend:
             self.llm.sleep(level=1)
 
     def generate(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 1.0,
-                 top_p: float = 1.0, greedy: bool = False, repeat: int = 1) -> Completions:
+                 top_p: float = 1.0, greedy: bool = False, repeat: int = 1,
+                 stop: list[str] | None = None) -> Completions:
         """`repeat` responses per prompt (prompt 0's first), as `credo.rollout.generate.generate` gives them."""
         ends = end_token_ids(self.model, self.tokenizer)
+        stop = [*(self.stop or []), *(stop or [])]
         params = self.vllm.SamplingParams(
             n=repeat, temperature=0.0 if greedy else temperature, top_p=1.0 if greedy else top_p,
-            max_tokens=max_new_tokens, stop=self.stop or None, include_stop_str_in_output=True,
+            max_tokens=max_new_tokens, stop=stop or None, include_stop_str_in_output=True,
             stop_token_ids=ends, seed=int(torch.randint(2**31 - 1, ())),
         )
         if self.options.enable_sleep_mode:
@@ -66,7 +68,7 @@ class VllmBackend:
         responses, truncated = [], []
         for output in outputs:
             for sample in output.outputs:
-                response, done = cut_response(list(sample.token_ids), ends, pad, self.tokenizer, self.stop)
+                response, done = cut_response(list(sample.token_ids), ends, pad, self.tokenizer, stop)
                 responses.append(response)
                 truncated.append(not done and sample.finish_reason == "length")
         texts = self.tokenizer.batch_decode(responses, skip_special_tokens=True)

@@ -1,0 +1,109 @@
+"""Multi-turn episodes: the policy's turns and an environment's observations, sampled turn by turn.
+
+`sample_episodes` runs a batch of episodes in lockstep: every running episode's next turn is generated in one call
+of the generation backend (its context so far as the prompt, the environment's `turn_end` as this call's stop
+string), then the environment reads every new turn in one sandboxed batch (`Environment.step_batch`) and its
+observations are appended as token ids, never re-tokenising what came before. An episode ends when the environment
+says so, after `max_turns` turns, or when its next turn would not fit its token budget; one that ends without the
+environment's word is `truncated` and earns 0.
+
+The sequence after the prompt holds both sides; `policy` marks the policy's tokens (the ones a loss trains on) and
+`turns` gives each of them its turn's index (-1 on observation tokens), the spans turn-level credit reads. The
+behaviour policy's token probabilities and entropies are kept on the policy's tokens (0 on observations).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from credo.rollout.backend import GenerationBackend
+from credo.tasks.base import Problem
+from credo.tasks.environment import Environment, TurnOutcome
+
+
+@dataclass
+class Episodes:
+    """A batch of episodes, one per row (a problem's rows consecutive), as token lists."""
+
+    prompts: list[list[int]]
+    tokens: list[list[int]] = field(default_factory=list)
+    """Each episode's sequence after its prompt: its turns and the observations between them."""
+    policy: list[list[bool]] = field(default_factory=list)
+    """Per token of `tokens`: the policy wrote it (True) or the environment did (False)."""
+    turns: list[list[int]] = field(default_factory=list)
+    """Per token of `tokens`: the index of the policy's turn it belongs to, -1 on observation tokens."""
+    probs: list[list[float]] = field(default_factory=list)
+    """Per token: its probability under the distribution it was drawn from (0 on observation tokens)."""
+    entropies: list[list[float]] = field(default_factory=list)
+    """Per token: that distribution's entropy (0 on observation tokens)."""
+    texts: list[list[str]] = field(default_factory=list)
+    """Each episode's turns as the policy wrote them (special tokens dropped), in order."""
+    outcomes: list[list[TurnOutcome]] = field(default_factory=list)
+    """Each episode's turns' outcomes, one per turn."""
+    rewards: list[float] = field(default_factory=list)
+    """Each episode's reward: the environment's on its last turn, 0 for an episode it did not end."""
+    truncated: list[bool] = field(default_factory=list)
+    """The episode ended at `max_turns` or its token budget, not by the environment."""
+
+    @property
+    def policy_tokens(self) -> int:
+        """Tokens the policy generated (the rollout-token count: observations are not generated)."""
+        return sum(sum(row) for row in self.policy)
+
+
+def sample_episodes(backend: GenerationBackend, env: Environment, problems: Sequence[Problem],
+                    prompts: Sequence[list[int]], *, repeat: int, turn_tokens: int, budget_tokens: int,
+                    temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False) -> Episodes:
+    """`repeat` episodes per problem (`prompts[i]` is problem i's encoded prompt), each turn at most `turn_tokens`
+    long and each episode's turns and observations together at most `budget_tokens`."""
+    if turn_tokens < 1 or budget_tokens < 1:
+        raise ValueError(f"turn_tokens and budget_tokens must be positive, got {turn_tokens} and {budget_tokens}")
+    rows = len(problems) * repeat
+    episodes = Episodes(prompts=[list(p) for p in prompts for _ in range(repeat)],
+                        **{name: [[] for _ in range(rows)] for name in
+                           ("tokens", "policy", "turns", "probs", "entropies", "texts", "outcomes")},
+                        rewards=[0.0] * rows, truncated=[True] * rows)
+    states: list[dict[str, Any]] = [env.reset(problem) for problem in problems for _ in range(repeat)]
+    running = list(range(rows))
+    for turn in range(env.max_turns):
+        running = [r for r in running if len(episodes.tokens[r]) < budget_tokens]
+        if not running:
+            break
+        budget = min(turn_tokens, min(budget_tokens - len(episodes.tokens[r]) for r in running))
+        drawn = backend.generate([episodes.prompts[r] + episodes.tokens[r] for r in running], max_new_tokens=budget,
+                                 temperature=temperature, top_p=top_p, greedy=greedy, stop=[env.turn_end])
+        outcomes = env.step_batch([states[r] for r in running], drawn.texts)
+        still = []
+        for i, (r, outcome) in enumerate(zip(running, outcomes, strict=True)):
+            ids = drawn.response_ids[i][drawn.response_mask[i]].tolist()
+            _append(episodes, r, ids, turn, _row(drawn.token_probs, i, len(ids)), _row(drawn.entropies, i, len(ids)))
+            episodes.texts[r].append(drawn.texts[i])
+            episodes.outcomes[r].append(outcome)
+            states[r] = dict(outcome.state)
+            if outcome.done:
+                episodes.rewards[r], episodes.truncated[r] = outcome.reward or 0.0, False
+                continue
+            observation = backend.tokenizer(outcome.observation, add_special_tokens=False)["input_ids"]
+            room = budget_tokens - len(episodes.tokens[r])
+            _append(episodes, r, observation[:room], -1, [0.0] * min(room, len(observation)),
+                    [0.0] * min(room, len(observation)))
+            still.append(r)
+        running = still
+    return episodes
+
+
+def _row(values, i: int, length: int) -> list[float]:
+    """Row `i`'s first `length` per-token values of a backend's (N, T) tensor, zeros where it records none."""
+    return [0.0] * length if values is None else values[i, :length].tolist()
+
+
+def _append(episodes: Episodes, row: int, ids: list[int], turn: int, probs: list[float],
+            entropies: list[float]) -> None:
+    """Tokens appended to an episode: the policy's turn `turn`, or with `turn` -1 an observation."""
+    episodes.tokens[row] += ids
+    episodes.policy[row] += [turn >= 0] * len(ids)
+    episodes.turns[row] += [turn] * len(ids)
+    episodes.probs[row] += probs
+    episodes.entropies[row] += entropies

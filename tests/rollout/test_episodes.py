@@ -1,0 +1,99 @@
+"""Multi-turn episodes sampled turn by turn against an environment (`credo.rollout.episodes`)."""
+
+from __future__ import annotations
+
+import torch
+
+from credo.rollout.episodes import sample_episodes
+from credo.rollout.generate import Completions, left_pad, right_pad
+from credo.tasks.arith import Chain
+from credo.tasks.base import Problem
+from credo.tasks.calculator import CalculatorEnvironment
+from credo.testbed import END, build_tokenizer, chat_prompt
+
+RIGHT = Chain(start=12, steps=(("+", 5), ("-", 9)))   # 12 -> 17 -> 08
+CHECKED = Chain(start=30, steps=(("+", 1),))          # 30 -> 31
+WRONG = Chain(start=40, steps=(("-", 3),))            # 40 -> 37
+SCRIPTS = {
+    RIGHT.prompt: ["<call>12+5</call>", "<call>17-9</call>", "\\boxed{08}"],
+    CHECKED.prompt: ["<call>30+2</call>", "<call>check</call>", "<call>undo</call>", "<call>30+1</call>",
+                     "\\boxed{31}"],
+    WRONG.prompt: ["<call>40-4</call>", "\\boxed{36}"],
+}
+
+
+class TurnScript:
+    """A generation backend that answers each episode's next turn from its problem's script, recording the calls'
+    stop strings and budgets; `probability` is every drawn token's recorded probability."""
+
+    def __init__(self, probability: float = 0.5):
+        self.tokenizer = build_tokenizer()
+        self.stops, self.budgets, self.probability = [], [], probability
+
+    def generate(self, prompts, *, max_new_tokens, temperature=1.0, top_p=1.0, greedy=False, repeat=1, stop=None):
+        self.stops.append(stop)
+        self.budgets.append(max_new_tokens)
+        replies = []
+        for ids in prompts:
+            text = self.tokenizer.decode(ids)
+            problem = text.split("<|user|>")[1].split("<|end|>")[0]
+            done = text.split("<|assistant|>", 1)[1].count("</call>")
+            reply = SCRIPTS[problem][done]
+            replies.append(self.tokenizer(reply + ("" if reply.endswith("</call>") else END),
+                                          add_special_tokens=False)["input_ids"][:max_new_tokens])
+        pad = self.tokenizer.pad_token_id
+        p_ids, p_mask = left_pad(prompts, pad)
+        r_ids, r_mask = right_pad(replies, pad)
+        texts = self.tokenizer.batch_decode(replies, skip_special_tokens=True)
+        probs = torch.where(r_mask, torch.tensor(self.probability), torch.tensor(0.0))
+        return Completions(p_ids, p_mask, r_ids, r_mask, texts, torch.zeros(len(prompts), dtype=torch.bool),
+                           token_probs=probs, entropies=probs * 2)
+
+
+def episodes(max_turns=8, budget=200, turn_tokens=24):
+    backend = TurnScript()
+    problems = [Problem(c.prompt, f"{c.values()[-1]:02d}", meta={"chain": c}) for c in (RIGHT, CHECKED, WRONG)]
+    prompts = [backend.tokenizer(chat_prompt(backend.tokenizer, p.prompt), add_special_tokens=False)["input_ids"]
+               for p in problems]
+    env = CalculatorEnvironment(max_turns=max_turns)
+    out = sample_episodes(backend, env, problems, prompts, repeat=2, turn_tokens=turn_tokens, budget_tokens=budget)
+    return backend, out
+
+
+def test_turns_and_observations_alternate_in_one_sequence_with_the_policy_s_tokens_marked():
+    backend, out = episodes()
+    tokenizer = backend.tokenizer
+    assert len(out.tokens) == 6 and out.prompts[0] == out.prompts[1]
+    text = tokenizer.decode(out.tokens[0])
+    assert text == "<call>12+5</call><obs>17</obs><call>17-9</call><obs>8</obs>\\boxed{08}" + END
+    policy_text = tokenizer.decode([t for t, mine in zip(out.tokens[0], out.policy[0]) if mine])
+    assert policy_text == "<call>12+5</call><call>17-9</call>\\boxed{08}" + END
+    observed = tokenizer.decode([t for t, mine in zip(out.tokens[0], out.policy[0]) if not mine])
+    assert observed == "<obs>17</obs><obs>8</obs>"
+    # turn spans: each policy token carries its turn's index, every observation token -1
+    assert sorted(set(out.turns[0])) == [-1, 0, 1, 2]
+    assert all((turn == -1) == (not mine) for turn, mine in zip(out.turns[0], out.policy[0]))
+    assert out.probs[0] == [0.5 if mine else 0.0 for mine in out.policy[0]]
+    assert out.entropies[0] == [1.0 if mine else 0.0 for mine in out.policy[0]]
+    assert backend.stops == [["</call>"]] * len(backend.stops)
+    assert out.policy_tokens == sum(sum(p) for p in out.policy)
+
+
+def test_each_episode_keeps_its_turns_outcomes_and_the_environment_s_reward():
+    _, out = episodes()
+    assert out.rewards == [1.0, 1.0, 1.0, 1.0, 0.0, 0.0] and out.truncated == [False] * 6
+    assert [o.correct for o in out.outcomes[0]] == [True, True, True]
+    assert [o.kind for o in out.outcomes[2]] == ["call", "check", "undo", "call", "answer"]
+    assert [o.correct for o in out.outcomes[2]] == [False, None, True, True, True]
+    assert out.texts[2] == SCRIPTS[CHECKED.prompt]  # turn counts vary within a batch: 3 and 5
+    assert [o.correct for o in out.outcomes[4]] == [False, True]  # a wrong call, an answer true to its history
+
+
+def test_an_episode_the_environment_does_not_end_is_truncated_and_earns_nothing():
+    _, out = episodes(max_turns=3)  # the checked episode needs 5 turns
+    assert out.rewards == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+    assert out.truncated == [False, False, True, True, False, False]
+    assert len(out.outcomes[2]) == 3
+    _, cut = episodes(budget=30)   # the budget ends every episode before its answer
+    assert cut.truncated == [True] * 6 and cut.rewards == [0.0] * 6
+    assert all(len(row) <= 30 for row in cut.tokens)
