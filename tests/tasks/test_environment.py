@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import itertools
+import random
 
 import pytest
 
@@ -136,3 +138,42 @@ def test_the_environments_read_turns_behind_the_sandbox_and_a_failed_step_ends_i
     state = guesses.reset(Problem("guess 1..3", "2", meta={"low": 1, "high": 3, "secret": 2}))
     (found,) = guesses.step_batch([state], ["<call>guess 2</call>"])
     assert found.done and found.reward == 1.0 and found.correct is True
+
+
+def test_a_noisy_transcript_errs_only_in_its_calls_by_the_misconceptions_offsets():
+    from credo.tasks.arith import OPS, ArithConfig, ArithTask, Noise
+    from credo.tasks.calculator import noisy_transcript
+
+    noise = Noise(misconceptions={}, p_slip=0.0, offsets_may_cancel=False, p_misc=0.6,
+                  keyed={"count": 100, "key": "digits"})
+    task = ArithTask(ArithConfig(min_steps=8, max_steps=8, decision_rate=1.0, noise=noise))
+    calc = scorer("calculator_env")
+    rng = random.Random(0)
+    kinds, wrong, successes, lengths = {"call": 0, "check": 0, "undo": 0, "answer": 0}, 0, 0, set()
+    for problem in itertools.islice(task.train_problems(seed=3), 200):
+        steps = problem.meta["chain"].steps
+        turns, observations = noisy_transcript(problem, noise, rng, p_check=0.3, p_undo=0.8, max_turns=24)
+        state, replies = CalculatorEnvironment(max_turns=24).reset(problem), []
+        for turn in turns:  # the transcript replays through the environment's rules to its own observations
+            before = state
+            replies.append(calc.step(state, turn))
+            state = replies[-1]["state"]
+            kinds[replies[-1]["kind"]] += 1
+            if replies[-1]["kind"] == "call" and not replies[-1]["correct"]:
+                # a wrong call applies the right step to the running value misread by the step's misconception's
+                # offset: the only errors are the keyed decisions, and they move the result by that offset
+                wrong += 1
+                op, b = steps[before["taken"]]
+                a = before["value"]
+                offset = noise.misconception_at(op, a, b)[1]
+                assert turn == f"<call>{(a + offset) % 100}{op}{b}</call>"
+                assert state["value"] == (OPS[op](a, b) + offset) % 100
+        assert [r["observation"] for r in replies] == observations and replies[-1]["done"]
+        assert len(turns) <= 24 and replies[-1]["correct"] is (state["taken"] == len(steps))
+        standing = [right for _, right in state["history"]]
+        if replies[-1]["reward"] == 1.0:  # errors never cancel: a success holds no wrong call left standing
+            successes += 1
+            assert all(standing) and len(standing) == len(steps)
+        lengths.add(len(turns))
+    assert kinds["check"] > 0 and kinds["undo"] > 0 and kinds["answer"] == 200
+    assert 0.2 < wrong / kinds["call"] < 0.6 and len(lengths) > 5 and successes > 0

@@ -10,11 +10,14 @@ within a group. The turns are read behind the scorer sandbox.
 
 from __future__ import annotations
 
+import importlib.util
+import random
 from typing import Any
 
-from credo.tasks.arith import MODULUS, Chain
+from credo.tasks.arith import MODULUS, Chain, Noise, format_answer
 from credo.tasks.base import Problem
 from credo.tasks.environment import SandboxedEnvironment
+from credo.tasks.sandbox import SCORERS
 
 TURN_END = "</call>"
 """The marker that ends a call turn (an answer turn ends at the end token)."""
@@ -28,7 +31,67 @@ class CalculatorEnvironment(SandboxedEnvironment):
         super().__init__("calculator_env", TURN_END, max_turns, step_seconds)
 
     def reset(self, problem: Problem) -> dict[str, Any]:
-        """The episode's state: the chain (`problem.meta["chain"]`), its answer, and the calculator at the start."""
-        chain: Chain = problem.meta["chain"]
-        return {"start": chain.start, "ops": [[op, b] for op, b in chain.steps], "modulus": MODULUS,
-                "answer": int(problem.answer), "value": chain.start, "taken": 0, "history": []}
+        return start_state(problem)
+
+
+def start_state(problem: Problem) -> dict[str, Any]:
+    """An episode's state: the chain (`problem.meta["chain"]`), its answer, and the calculator at the start."""
+    chain: Chain = problem.meta["chain"]
+    return {"start": chain.start, "ops": [[op, b] for op, b in chain.steps], "modulus": MODULUS,
+            "answer": int(problem.answer), "value": chain.start, "taken": 0, "history": []}
+
+
+def _calculator_rules():
+    """The calculator's turn rules (`scorers/calculator_env.py`) imported in this process, for turns credo writes
+    itself (an SFT's transcripts): no model output reaches them here."""
+    spec = importlib.util.spec_from_file_location("credo_calculator_rules", SCORERS / "calculator_env.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_RULES = _calculator_rules()
+
+
+def noisy_call(op: str, a: int, b: int, noise: Noise, rng: random.Random) -> str:
+    """The call a noisy solver writes for the step `a op b`: with probability `p_misc`, where a misconception
+    applies, the running value misread by the misconception's offset (`a + offset`, mod 100: an added or subtracted
+    step's result moves by the offset, so errors cannot cancel where the offsets cannot); with probability `p_slip`
+    elsewhere a running value misread at random; else the right call."""
+    misconception = noise.misconception_at(op, a, b)
+    if misconception is not None:
+        if rng.random() < noise.p_misc:
+            a = (a + misconception[1]) % MODULUS
+    elif rng.random() < noise.p_slip:
+        a = (a + rng.randrange(1, MODULUS)) % MODULUS
+    return f"<call>{a}{op}{b}</call>"
+
+
+def noisy_transcript(problem: Problem, noise: Noise, rng: random.Random, *, p_check: float, p_undo: float,
+                     max_turns: int) -> tuple[list[str], list[str]]:
+    """An SFT transcript of the calculator episode of `problem`: the turns a noisy solver writes (`noisy_call`
+    for each step, from the value the calculator returned; after a call, a check with probability `p_check`, and
+    after a check that says "no", an undo with probability `p_undo` and the call again) and the calculator's
+    observation after each turn but the last ("" there). It answers the calculator's last value when every step is
+    taken, or when the turns left just suffice for the answer."""
+    state = start_state(problem)
+    turns, observations = [], []
+
+    def play(turn: str) -> dict:
+        nonlocal state
+        reply = _RULES.step(state, turn)
+        state = reply["state"]
+        turns.append(turn)
+        observations.append(reply["observation"])
+        return reply
+
+    steps = problem.meta["chain"].steps
+    while state["taken"] < len(steps) and len(turns) < max_turns - 1:
+        op, b = steps[state["taken"]]
+        play(noisy_call(op, state["value"], b, noise, rng))
+        if len(turns) < max_turns - 1 and rng.random() < p_check:
+            checked = play("<call>check</call>")
+            if checked["observation"] == "<obs>no</obs>" and len(turns) < max_turns - 1 and rng.random() < p_undo:
+                play("<call>undo</call>")
+    play(format_answer(state["value"]))
+    return turns, observations
