@@ -122,13 +122,12 @@ def _spec_section(method, sections):
 
 def each_method(spec: str, spec_link: str) -> str:
     """A section per registered method: what `credo methods NAME` prints, with links into the specification."""
-    from credo.methods import METHODS, attribute_docs, summary
+    from credo.methods import METHODS, attribute_docs, needs_in_full
 
     sections = _sections(spec)
     out = []
     for name in METHODS:
         method = METHODS.get(name)
-        row = summary(method)
         heading, anchor, subheadings = _spec_section(method, sections)
         paper = "credo's own" if method.paper == "credo" else f"arXiv [{method.paper}](https://arxiv.org/abs/{method.paper})"
         links = [f"specification: [{heading}]({spec_link}#{anchor})"]
@@ -136,8 +135,8 @@ def each_method(spec: str, spec_link: str) -> str:
         out += [f"### `{name}`", "",
                 f"{method.family} · {paper} · " + " · ".join(links), "",
                 f"{method.changes}.", "",
-                f"- sampler: {row['sampler']}: {method.sampler.draws}",
-                f"- needs: {row['needs']}"]
+                f"- sampler: {method.sampler.describe()}: {method.sampler.draws}",
+                f"- needs: {needs_in_full(method)}"]
         if method.loss.on_policy() != method.loss:
             out.append(f"- on policy (`optim.minibatches` = `epochs` = 1): its {type(method.loss).__name__} "
                        f"{method.loss.on_policy_inert}; `credo compare` refuses a cell that this makes the twin of another")

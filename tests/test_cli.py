@@ -2,21 +2,36 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from typer.testing import CliRunner
 
+from credo import cli
 from credo.cli import app
 from credo.demo import credit_table
-from credo.methods import METHODS
+from credo.methods import METHODS, needs_in_brief
 
 
-def test_methods_lists_every_method_with_its_paper():
-    result = CliRunner().invoke(app, ["methods"], env={"COLUMNS": "200"})
+@pytest.mark.parametrize("width", [160, 80])
+def test_methods_lists_every_method_on_one_line(monkeypatch, width):
+    """The overview is a list to scan: one line per registered method (name, family, paper, what it changes,
+    sampler, needs), no switch or repr of a credit or loss object (those are `credo methods NAME`'s); on a narrow
+    terminal the changes are cut, never wrapped."""
+    monkeypatch.setattr(cli.console, "width", width)
+    result = CliRunner().invoke(app, ["methods"])
     assert result.exit_code == 0, result.output
-    for name in METHODS:
-        assert name in result.output
-        assert METHODS.get(name).paper in result.output
+    table = result.output.split("samplers (options under rollout:")[0]
+    rows = [line for line in table.splitlines() if line.startswith("│")]
+    assert len(rows) == len(METHODS)
+    assert not re.search(r"\w+\(\w+=", table)  # no Credit(...) / Loss(...) repr
+    assert all(len(line) <= width for line in table.splitlines())
+    for name, row in zip(METHODS, rows):
+        method = METHODS.get(name)
+        cells = [cell.strip() for cell in row.split("│")[1:-1]]
+        assert cells[:3] + cells[4:] == [name, method.family, method.paper, method.sampler.name, needs_in_brief(method)]
+        assert cells[3] == method.brief if width == 160 else method.brief.startswith(cells[3].rstrip("…"))
 
 
 def test_demo_prints_credit_tables():

@@ -15,6 +15,7 @@ import typing
 import pytest
 from typer.testing import CliRunner
 
+from credo import cli
 from credo.cli import app
 from credo.config import load_config
 from credo.credit import GroupAdvantage
@@ -73,23 +74,34 @@ class EntropyReader(GroupAdvantage):
 
 def test_needs_follow_the_fields_a_new_estimator_declares():
     method = Method("new", "token", "0000.00000", "reads entropies", GroupSampler(), EntropyReader(),
-                    METHODS.get("grpo").loss)
+                    METHODS.get("grpo").loss, brief="reads entropies")
     assert method.behaviour_statistics == method.needs == {"entropy"}
     assert trl_adapter.refusal(method) is None
     assert "entropies" in verl_adapter.refusal(method)
 
 
-def test_credo_methods_lists_every_method_and_every_switch_with_its_default():
+def test_credo_methods_lists_every_method_and_every_switch_with_its_default(monkeypatch):
     result = CliRunner().invoke(app, ["methods", "--markdown"])
     assert result.exit_code == 0, result.output
     rows = {line.split(" | ")[0].strip("| "): line for line in result.output.splitlines()[2:]}
     assert list(rows) == ALL
+    monkeypatch.setattr(cli.console, "width", 400)  # each switch's row on one line
     for name in ALL:
-        for part, switches in METHODS.get(name).switches().items():
+        method = METHODS.get(name)
+        assert f"| {method.brief} | {method.sampler.name} |" in rows[name]
+        one = CliRunner().invoke(app, ["methods", name])
+        assert one.exit_code == 0, one.output
+        for part, switches in method.switches().items():
             for switch, default in switches.items():
-                assert f"{switch}={default!r}" in rows[name], (name, part, switch)
+                prefix = "credit" if part == "estimator" else "loss"
+                assert re.search(rf"{prefix}\.{switch}\s.*{re.escape(repr(default))}", one.output), (name, switch)
     one = CliRunner().invoke(app, ["methods", "p_trace"])
     assert one.exit_code == 0 and "loss.decay" in one.output and "Trace decay lambda" in one.output
+
+
+def test_a_methods_brief_fits_its_line():
+    with pytest.raises(ValueError, match="brief must be 1 to 50 characters"):
+        dataclasses.replace(METHODS.get("grpo"), brief="x" * 51)
 
 
 def test_the_trainer_fills_ref_logp_and_a_runner_without_it_is_told_what_it_lacks(tmp_path):

@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 from typer.core import TyperGroup
 
 try:  # typer 0.2x vendors its own click; before, it used click's
@@ -543,16 +544,17 @@ def methods(
     name: str = typer.Argument(None, help="One method: each switch with its value and what it does."),
     markdown: bool = typer.Option(False, "--markdown", help="Print the table as Markdown."),
 ) -> None:
-    """List the methods from the registry: family, paper, what each changes vs GRPO, its sampler, what it
-    needs, and every credit and loss switch with its default (override them under `credit:` / `loss:`)."""
-    from credo.methods import attribute_docs, summary
+    """List the methods from the registry, one line each: family, paper, what it changes vs GRPO, its sampler and
+    what it needs. `credo methods NAME`: one method's every credit and loss switch with its default and what it
+    does (override them under `credit:` / `loss:`)."""
+    from credo.methods import attribute_docs, needs_in_full, summary
     from credo.rollout.samplers import SAMPLERS
 
     if name is not None:
         method = METHODS.get(name)
-        row = summary(method)
         console.print(f"[bold]{name}[/bold] ({method.family}, arXiv {method.paper}): {escape(method.changes)}\n"
-                      f"sampler: {escape(row['sampler'])}: {escape(method.sampler.draws)}\nneeds: {escape(row['needs'])}")
+                      f"sampler: {escape(method.sampler.describe())}: {escape(method.sampler.draws)}\n"
+                      f"needs: {escape(needs_in_full(method))}")
         if method.loss.on_policy() != method.loss:
             console.print(f"on policy (optim.minibatches = epochs = 1): its {type(method.loss).__name__} "
                           f"{escape(method.loss.on_policy_inert)}; `credo compare` refuses a cell that this makes the "
@@ -573,11 +575,11 @@ def methods(
         for row in rows:
             typer.echo("| " + " | ".join(row[c].replace("|", "\\|") for c in columns) + " |")
         return
-    table = Table(title="credo methods (credo methods NAME: one method's switches and what they do)", show_lines=True)
-    for column in columns:
-        table.add_column(column, overflow="fold")
+    table = Table(title="credo methods (credo methods NAME: one method's switches and what they do)")
+    for column in columns:  # one line per method: on a narrow terminal "changes" narrows, its cells cut, not wrapped
+        table.add_column(column, no_wrap=column != "changes")
     for row in rows:
-        table.add_row(*(escape(row[c]) for c in columns))
+        table.add_row(*(Text(row[c], no_wrap=True, overflow="ellipsis") for c in columns))
     console.print(table)
     samplers = Table(title="samplers (options under rollout:, see credo.rollout.samplers)")
     for column in ("sampler", "draws", "records", "options"):

@@ -59,6 +59,9 @@ FAMILIES: dict[str, str] = {
 }
 """The method families (`Method.family`), each in one phrase."""
 
+BRIEF_CHARS = 50
+"""The longest `Method.brief`: the overview (`credo methods`) gives each method one line."""
+
 STEP_CHECKER_FIELDS = frozenset({"blame_start", "thought_ids", "thought_wrong"})
 """The batch fields credo's trainer fills from a task's step checker (`Task.checks_steps`)."""
 TRAINER_FIELDS = frozenset({"correct", "ref_logp", *STATISTICS})
@@ -84,6 +87,8 @@ class Method:
     """arXiv id of the paper the method comes from."""
     changes: str
     """What the method changes with respect to GRPO, in one sentence."""
+    brief: str = dataclasses.field(kw_only=True)
+    """What it changes with respect to GRPO in a few words (at most `BRIEF_CHARS`): its line in `credo methods`."""
     sampler: Sampler
     """How rollout batches are drawn (`credo.rollout.samplers.SAMPLERS`): i.i.d. groups (`groups`), resets of
     failed rollouts (`resets`), revisions of failures (`revisions`), Monte-Carlo values of the states between
@@ -95,6 +100,8 @@ class Method:
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
             raise ValueError(f"method {self.name}: family {self.family!r} is not one of {', '.join(FAMILIES)}")
+        if not 0 < len(self.brief) <= BRIEF_CHARS:
+            raise ValueError(f"method {self.name}: its brief must be 1 to {BRIEF_CHARS} characters, got {self.brief!r}")
         unknown = sorted((self.reads | self.estimator.writes | frozenset(self.sampler.records)) - FIELD_SOURCES.keys())
         if unknown:
             raise ValueError(f"method {self.name}: unknown batch field(s) {', '.join(unknown)} (credo.batch.FIELD_SOURCES)")
@@ -188,16 +195,23 @@ def attribute_docs(cls: type) -> dict[str, str]:
 
 
 def summary(method: Method) -> dict[str, str]:
-    """One row of the method table (`credo methods`): what it is, what it needs, every switch with its value."""
-    needs = ", ".join(method.missing(frozenset())) or "-"
-    switches = {part: ", ".join(f"{k}={v!r}" for k, v in values.items())
-                for part, values in method.switches().items()}
-    return {
-        "method": method.name, "family": method.family, "paper": method.paper, "changes": method.changes,
-        "sampler": method.sampler.describe(), "needs": needs,
-        "credit": f"{type(method.estimator).__name__}({switches['estimator']})",
-        "loss": f"{type(method.loss).__name__}({switches['loss']})",
-    }
+    """The method's row of the overview (`credo methods`, one line each): its name, family, paper, what it changes
+    (`brief`), its sampler's name and what it needs in a few words (`needs_in_brief`). Its sampler's choices and
+    its switches are in `credo methods NAME`."""
+    return {"method": method.name, "family": method.family, "paper": method.paper, "changes": method.brief,
+            "sampler": method.sampler.name, "needs": needs_in_brief(method)}
+
+
+def needs_in_brief(method: Method) -> str:
+    """What a runner must fill for `method` (`Method.needs`) in a few words: "a step checker" for the step
+    checker's fields, each other field by its name ("entropy", "ref_logp"); "-" for nothing."""
+    words = ["a step checker"] if method.needs & STEP_CHECKER_FIELDS else []
+    return ", ".join(words + sorted(method.needs - STEP_CHECKER_FIELDS)) or "-"
+
+
+def needs_in_full(method: Method) -> str:
+    """What a runner must fill for `method`, each field with its source (`credo methods NAME`); "-" for nothing."""
+    return ", ".join(method.missing(frozenset())) or "-"
 
 
 METHODS: Registry[Method] = Registry("method")
@@ -220,113 +234,135 @@ _add(Method(
     "grpo", "baseline", "2402.03300",
     "the reference: every token of a response gets its group-normalised reward; PPO clip 0.2",
     GroupSampler(), GroupAdvantage(), PPOClipLoss(),
+    brief="the reference: group-normalised rewards, PPO clip",
 ))
 _add(Method(
     "dr_grpo", "baseline", "2503.20783",
     "no std scaling; token sums over a fixed length, so no length or difficulty bias",
     GroupSampler(), GroupAdvantage(scale="none"), PPOClipLoss(agg="seq_mean_token_sum_norm"),
+    brief="no std scaling; fixed-length token sums",
 ))
 _add(Method(
     "dapo", "baseline", "2503.14476",
     "clip-higher (0.2 / 0.28) and a token mean over the batch (dynamic sampling: a sampler option)",
     GroupSampler(), GroupAdvantage(), PPOClipLoss(clip_high=0.28, agg="token_mean"),
+    brief="clip-higher; token mean over the batch",
 ))
 _add(Method(
     "gspo", "baseline", "2507.18071",
     "one sequence-level ratio (geometric mean of token ratios) per response, clip 3e-4 / 4e-4",
     GroupSampler(), GroupAdvantage(), TraceLoss(**_GSPO_CLIP),
+    brief="one sequence-level ratio per response",
 ))
 _add(Method(
     "reinforce", "baseline", "2402.03300",
     "no ratio and no clip: -A * logp with the group baseline (the SRPO loss on fresh groups)",
     GroupSampler(), GroupAdvantage(), ReinforceLoss(),
+    brief="no ratio, no clip: -A * logp",
 ))
 _add(Method(
     "grpo_lambda", "trace", "2510.00194",
     "lambda-returns: each token's ratio is traced through the earlier tokens' log-probs",
     GroupSampler(), GroupAdvantage(), LambdaLoss(),
+    brief="ratios traced back (lambda-returns)",
 ))
 _add(Method(
     "p_trace", "trace", "2605.05965",
     "each token's ratio carries a bounded, decayed mean of the earlier ratios; own and combined ratio clipped",
     GroupSampler(), GroupAdvantage(), TraceLoss(decay=0.95, clip_high=0.28),
+    brief="each ratio carries a decayed trace of earlier ones",
 ))
 _add(Method(
     "s_trace", "trace", "2605.05965",
     "P-trace whose trace keeps only the top-20% entropy tokens' ratios (the others count as zeros)",
     GroupSampler(), EntropySelection(), TraceLoss(decay=0.95, clip_high=0.28),
+    brief="P-trace over the top-20% entropy tokens",
 ))
 _add(Method(
     "rrpo", "reset", "2605.25507",
     "resets a failed rollout to a random thought; continuations train on their suffix only",
     ResetSampler(localiser="random"), ResetAdvantage(), ReinforceLoss(empty_rows="count"),
+    brief="failures reset to a random thought",
 ))
 _add(Method(
     "srpo", "reset", "2605.25507",
     "resets a failed rollout to the first wrong thought, localised by the policy itself",
     ResetSampler(localiser="self"), ResetAdvantage(), ReinforceLoss(empty_rows="count"),
+    brief="failures reset to their self-localised first error",
 ))
 _add(Method(
     "srpo_clip", "reset", "2605.25507",
     "SRPO's ablation: the same reset groups and masks with GRPO's PPO-clip loss instead of REINFORCE",
     ResetSampler(localiser="self"), ResetAdvantage(), PPOClipLoss(empty_rows="count"),
+    brief="SRPO's resets with GRPO's PPO clip",
 ))
 _add(Method(
     "ibpo", "revision", "2605.16302",
     "failures the policy can repair from a sibling are penalised less; their edits are blamed, never credited",
     RevisionSampler(), RevisionAdvantage(), TraceLoss(**_GSPO_CLIP),
+    brief="repairable failures penalised less, edits blamed",
 ))
 _add(Method(
     "oracle_blame", "oracle", "credo",
     "the yardstick: GRPO whose failures are blamed only from their first wrong step (tasks with a step checker)",
     GroupSampler(), OracleBlameAdvantage(), PPOClipLoss(),
+    brief="failures blamed from their first wrong step",
 ))
 _add(Method(
     "oracle_steps", "oracle", "credo",
     "the yardstick of per-decision blame: each thought gets its own correctness, group-normalised per prompt and "
     "thought, whatever the outcome (tasks with a step checker)",
     GroupSampler(), StepOracleAdvantage(), PPOClipLoss(),
+    brief="each thought credited by its own correctness",
 ))
 _add(Method(
     "ibpo_clip", "revision", "2605.16302",
     "IBPO's switch: the same shaped rewards and edited-token masks with GRPO's PPO-clip loss instead of GSPO",
     RevisionSampler(), RevisionAdvantage(), PPOClipLoss(),
+    brief="IBPO's shaping with GRPO's PPO clip",
 ))
 _add(Method(
     "gtpo", "token", "2508.04349",
     "GTPO-style: each token's advantage is weighted by its entropy relative to its response's mean (mean weight 1)",
     GroupSampler(), EntropyWeightedAdvantage(), PPOClipLoss(),
+    brief="advantages weighted by token entropy",
 ))
 _add(Method(
     "vine", "value", "2410.01679",
     "VinePPO: each thought's tokens get the change in a Monte-Carlo value (K continuations per state), whitened",
     VineSampler(), VineAdvantage(), PPOClipLoss(agg="token_mean"),
+    brief="Monte-Carlo value change per thought",
 ))
 _add(Method(
     "spo_chain", "value", "2505.23564",
     "SPO-chain: segments end before every 5th token below p 0.9, each gets its Monte-Carlo value change (K = 9); "
     "only those tokens train",
     SpoChainSampler(), SegmentAdvantage(), PPOClipLoss(agg="token_mean"),
+    brief="Monte-Carlo value change per segment",
 ))
 _add(Method(
     "spo_tree", "value", "2505.23564",
     "SPO-tree: a 6-6-6 tree of 30-token segments, each edge gets its child's value minus its parent's (the mean of "
     "the leaves below); only tokens below p 0.9 train",
     SpoTreeSampler(), TreeEdgeAdvantage(), PPOClipLoss(agg="token_mean"),
+    brief="value change per edge of a segment tree",
 ))
 _add(Method(
     "ktae", "token", "2505.16826",
     "adds a key-token value in (-1, 1) to each token's advantage: how strongly its presence goes with success",
     GroupSampler(), KeyTokenAdvantage(), PPOClipLoss(),
+    brief="adds a key-token value to each advantage",
 ))
 _add(Method(
     "otb", "token", "2602.07078",
     "a baseline per position: the group's rewards weighted by each response's gradient energy so far; no std scaling",
     GroupSampler(), OptimalTokenBaseline(), PPOClipLoss(agg="token_mean"),
+    brief="a per-position baseline (gradient energy)",
 ))
 _add(Method(
     "fr3e", "value", "2507.07017",
     "FR3E: trains continuations from the prompt and before its responses' highest-entropy tokens; a state's centred "
     "rewards divided by exp of its Monte-Carlo value change",
     FR3ESampler(), FirstReturnAdvantage(), PPOClipLoss(clip_high=0.3, agg="token_mean"),
+    brief="branches at high-entropy tokens; value-scaled",
 ))
