@@ -19,7 +19,7 @@ CURVES = {"grpo": (0.2, 0.4, 0.6), "better": (0.2, 0.6, 0.8), "worse": (0.2, 0.3
 SHIFT = {0: 0.0, 1: 0.02}
 
 
-def make_run(path, method, seed, ys, tokens=(0, 1000, 2000), precision=0.8):
+def make_run(path, method, seed, ys, tokens=(0, 1000, 2000), precision=0.8, update_norm=None):
     path.mkdir(parents=True)
     records = []
     for step, (x, y) in enumerate(zip(tokens, ys)):
@@ -31,7 +31,7 @@ def make_run(path, method, seed, ys, tokens=(0, 1000, 2000), precision=0.8):
     evals = [r["eval"] for r in records if "eval" in r]
     summary = {"method": method, "task": "arith", "seed": seed, "steps": 20, "rollout_tokens": tokens[-1],
                "wall_s": 10.0, "skipped_steps": 0, "eval_start": evals[0], "eval_end": evals[-1],
-               "blame_precision": precision}
+               "blame_precision": precision, **({} if update_norm is None else {"update_norm": update_norm})}
     (path / "summary.json").write_text(json.dumps(summary))
     sample = {"step": 1, "prompt": "07+5?", "response": "+5=13", "reward": 0.0, "correct": False,
               "first_wrong_step": 0, "blame_start": 1, "tokens": ["+", "5", "=", "1", "3"],

@@ -137,3 +137,29 @@ def test_the_rule_chooses_over_a_method_s_extension_and_brackets_it_there(tmp_pa
     row = next(line for line in (root / "report.md").read_text().splitlines() if line.startswith("| `grpo` |"))
     assert [cell.strip() for cell in row.split("|")[5:7]] == ["–", "–"]  # grpo's grid holds neither extension
     assert "(" not in row  # per-seed differences without spread have no sd (not 1e15 sd from rounding)
+
+
+def test_each_method_gets_the_baseline_value_that_moves_as_far_per_batch_as_its_step_size_control(tmp_path):
+    root = tmp_path / "study"
+    study = StudyConfig(name="tuning", seeds=[100, 101, 102], methods={"grpo": "grpo.yaml", "oracle": "oracle.yaml",
+                                                                      "resets": "resets.yaml"},
+                        tune={"key": "optim.lr", "values": GRID},
+                        report={"baseline": "grpo@lr=1e-04", "oracle": None, "metric": "greedy_pass@1"})
+    root.mkdir()
+    (root / "study.yaml").write_text(yaml.safe_dump(study.model_dump(mode="json")))
+    tops = {"grpo": {5e-5: 0.6, 1e-4: 0.5, 2e-4: 0.4}, "oracle": {5e-5: 0.3, 1e-4: 0.5, 2e-4: 0.8},
+            "resets": {5e-5: 0.7, 1e-4: 0.5, 2e-4: 0.4}}
+    # update size: grpo 0.4 x the rate x 1000; the oracle's 2e-4 moves like grpo's 1e-4; resets' 5e-5 like its own
+    sizes = {"grpo": 400.0, "oracle": 200.0, "resets": 420.0}
+    for method, by_rate in tops.items():
+        for rate, top in by_rate.items():
+            for seed, shift in {100: 0.0, 101: 0.03, 102: -0.01}.items():
+                label = f"{method}@lr={rate:.0e}"
+                make_run(root / "default" / label / f"seed{seed}", label, seed, (0.2, top + shift, top + shift),
+                         update_norm=sizes[method] * rate * (1 + shift))
+    write_report(root)
+    tuning = {c["method"]: c for c in json.loads((root / "report.json").read_text())["default"]["tuning"]}
+    assert tuning["oracle"]["mean_update_size"]["0.0002"] == pytest.approx(200 * 2e-4 * (1 + 0.02 / 3))
+    text = (root / "report.md").read_text()
+    assert "Step-size controls" in text
+    assert "`oracle` -> optim.lr 0.0001" in text and "`resets` -> its tuned value" in text

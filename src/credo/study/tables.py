@@ -22,10 +22,10 @@ from credo.study.analysis import (
     measures,
 )
 from credo.study.document import Block, Bullets, Heading, Paragraph, Table
-from credo.study.grid import ReportConfig, endpoint_label, method_values
+from credo.study.grid import ReportConfig, endpoint_label, method_values, tune_label
 from credo.study.runs import EXPLODED
 from credo.study.stats import Estimate, smallest_exact_p
-from credo.study.tuning import Choice
+from credo.study.tuning import Choice, step_size_controls
 
 NEEDS_RUNS = "needs per-seed values (runs not committed)"
 
@@ -411,7 +411,10 @@ def tuning_blocks(choices: list[Choice], study: dict, metric: str) -> list[Block
             return f"{c.means[value]:.3f}"
         return "unfinished" if value in method_values(tune, c.method) else "–"
 
-    rows = tuple((f"`{c.method}`", *(mean(c, v) for v in columns), f"{c.chosen:g}", margin(c), c.where)
+    def size(c: Choice) -> str:
+        return f"{c.update_sizes[c.chosen]:.3g}" if c.chosen in c.update_sizes else "–"
+
+    rows = tuple((f"`{c.method}`", *(mean(c, v) for v in columns), f"{c.chosen:g}", margin(c), c.where, size(c))
                  for c in choices)
     narrow = [c.method for c in choices if c.margin_sd is not None and c.margin_sd < 1]
     text = (f"The rule (one for every method): the {setting} with the largest mean {metric} area at equal rollout tokens "
@@ -420,5 +423,17 @@ def tuning_blocks(choices: list[Choice], study: dict, metric: str) -> list[Block
             "the grid one step that way before it stands); – a value the method's grid does not hold.")
     if narrow:
         text += f" Chosen by less than one sd (the next seed may reverse it): {_names(narrow)}."
-    return [Heading("Tuning", 3), Paragraph(text),
-            Table(("method", *(f"{setting} {v:g}" for v in columns), "chosen", "margin", "grid"), rows)]
+    blocks = [Heading("Tuning", 3), Paragraph(text),
+              Table(("method", *(f"{setting} {v:g}" for v in columns), "chosen", "margin", "grid",
+                     "update size at the choice"), rows)]
+    baseline = next((m for m in tune["methods"] for v in method_values(tune, m)
+                     if tune_label(m, setting, v) == study.get("report", {}).get("baseline")), None)
+    controls = {m: v for m, v in step_size_controls(choices, baseline).items() if v is not None} if baseline else {}
+    if controls:
+        base = next(c for c in choices if c.method == baseline)
+        pairs = [f"`{m}` -> {'its tuned value' if v == base.chosen else f'{setting} {v:g}'}"
+                 for m, v in controls.items()]
+        blocks.append(Paragraph(
+            f"Step-size controls: for each method, `{baseline}` at the value of its grid whose mean update size "
+            f"(`optim/update_norm`) is nearest, by ratio, the method's at its choice: {'; '.join(pairs)}."))
+    return blocks

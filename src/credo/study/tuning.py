@@ -15,8 +15,9 @@ One rule for every method, the baseline and the yardsticks included (docs/guides
 
 from __future__ import annotations
 
+import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from credo.study.grid import method_values, tune_label
 from credo.study.runs import seeds_of
@@ -43,14 +44,19 @@ class Choice:
     """"bracketed", or "extend lower" / "extend higher" where the choice is at the grid's edge."""
     missing: list[float]
     """Values of the grid not yet finished at every one of `seeds` (the choice is among the others)."""
+    update_sizes: dict[float, float] = field(default_factory=dict)
+    """Per finished value whose runs all logged it, the mean over `seeds` of a run's mean update size
+    (`optim/update_norm`), which matches a method to its step-size control (`step_size_controls`)."""
 
     def as_json(self) -> dict:
         return {"method": self.method, "chosen": self.chosen, "runner_up": self.runner_up, "margin": self.margin,
                 "margin_sd": self.margin_sd, "where": self.where, "seeds": self.seeds, "missing": self.missing,
-                "mean_area": {f"{v:g}": m for v, m in self.means.items()}}
+                "mean_area": {f"{v:g}": m for v, m in self.means.items()},
+                "mean_update_size": {f"{v:g}": m for v, m in self.update_sizes.items()}}
 
 
-def choose(areas: dict[float, dict[int, float]], grid: list[float], seeds: list[int], method: str = "") -> Choice | None:
+def choose(areas: dict[float, dict[int, float]], grid: list[float], seeds: list[int], method: str = "",
+           update_sizes: dict[float, dict[int, float | None]] | None = None) -> Choice | None:
     """The rule on one method's areas `{value: {seed: area}}`: among the values of `grid` finished at every one of
     `seeds` (the others are `missing`); None when none is.
 
@@ -70,8 +76,10 @@ def choose(areas: dict[float, dict[int, float]], grid: list[float], seeds: list[
         spread = statistics.stdev([finished[chosen][s] - finished[runner_up][s] for s in seeds]) if len(seeds) > 1 else 0
         margin_sd = margin / spread if spread > 1e-12 else None  # below: equal differences but for rounding
     where = "extend lower" if chosen == grid[0] else "extend higher" if chosen == grid[-1] else "bracketed"
+    sizes = {v: statistics.fmean(by_seed[s] for s in seeds) for v, by_seed in (update_sizes or {}).items()
+             if v in finished and all(by_seed.get(s) is not None for s in seeds)}
     return Choice(method, means, list(seeds), chosen, runner_up, margin, margin_sd, where,
-                  [v for v in grid if v not in finished])
+                  [v for v in grid if v not in finished], sizes)
 
 
 def choices(values: RegimeValues, study: dict) -> list[Choice]:
@@ -83,8 +91,35 @@ def choices(values: RegimeValues, study: dict) -> list[Choice]:
         labels = {value: tune_label(method, tune["key"], value) for value in grid}
         areas = {value: {seed: v.area[values.metric] for seed, v in values.cells.get(label, {}).items()}
                  for value, label in labels.items()}
+        sizes = {value: {seed: v.update_norm for seed, v in values.cells.get(label, {}).items()}
+                 for value, label in labels.items()}
         seeds = seeds_of(study, labels[grid[0]])
-        choice = choose(areas, grid, seeds, method)
+        choice = choose(areas, grid, seeds, method, sizes)
         if choice is not None:
             out.append(choice)
+    return out
+
+
+def step_size_controls(choices: list[Choice], baseline: str) -> dict[str, float | None]:
+    """Per method other than `baseline`, the baseline's value whose mean update size is nearest (by ratio) the
+    method's at its chosen value: the baseline moved as far per batch, the method's step-size control (None where
+    either lacks update sizes). Where it is the baseline's own chosen value, the baseline is its control.
+
+    >>> grpo = Choice("grpo", {1: .2, 2: .3, 4: .1}, [1], 2, 1, .1, None, "bracketed", [], {1: .01, 2: .02, 4: .04})
+    >>> oracle = Choice("oracle", {1: .5, 2: .6}, [1], 2, 1, .1, None, "bracketed", [], {1: .02, 2: .035})
+    >>> step_size_controls([grpo, oracle], "grpo")
+    {'oracle': 4}
+    """
+    by_method = {c.method: c for c in choices}
+    base = by_method.get(baseline)
+    out: dict[str, float | None] = {}
+    for choice in choices:
+        if choice.method == baseline:
+            continue
+        size = choice.update_sizes.get(choice.chosen)
+        if base is None or not base.update_sizes or size is None or size <= 0:
+            out[choice.method] = None
+            continue
+        out[choice.method] = min((v for v, s in base.update_sizes.items() if s > 0),
+                                 key=lambda v: abs(math.log(base.update_sizes[v] / size)))
     return out
