@@ -4,7 +4,6 @@ behind the scorer sandbox (`credo.tasks.environment`)."""
 from __future__ import annotations
 
 import functools
-import importlib.util
 import itertools
 import random
 
@@ -13,25 +12,15 @@ import pytest
 from credo.tasks.arith import MODULUS, Chain
 from credo.tasks.base import Problem
 from credo.tasks.calculator import CalculatorEnvironment
-from credo.tasks.environment import TurnOutcome, _turn_outcome
+from credo.tasks.environment import TurnOutcome, _turn_outcome, rules_in_process
 from credo.tasks.guessing import GuessingEnvironment
-from credo.tasks.sandbox import SCORERS
-
-
-def scorer(name: str):
-    """A scorer module imported in this process, to test its rules directly (the environments run it sandboxed)."""
-    spec = importlib.util.spec_from_file_location(name, SCORERS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 CHAIN = Chain(start=12, steps=(("+", 5), ("-", 9), ("+", 3)))  # 12 -> 17 -> 08 -> 11
 PROBLEM = Problem(prompt=CHAIN.prompt, answer="11", difficulty="steps=3", meta={"chain": CHAIN})
 
 
 def play(turns: list[str]) -> list[dict]:
-    calc = scorer("calculator_env")
+    calc = rules_in_process("calculator_env")
     state = CalculatorEnvironment(max_turns=8).reset(PROBLEM)  # no worker starts before a step
     out = []
     for turn in turns:
@@ -94,7 +83,7 @@ def worst_case(lo: int, hi: int) -> int:
 
 
 def test_a_guess_is_optimal_exactly_when_it_keeps_the_minimax_number_of_guesses():
-    guess = scorer("guess_env")
+    guess = rules_in_process("guess_env")
     for lo, hi in [(1, 1), (1, 2), (1, 7), (1, 10), (3, 20), (0, 31), (5, 37)]:
         for g in range(lo - 1, hi + 2):
             minimax = lo <= g <= hi and 1 + max(worst_case(lo, g - 1), worst_case(g + 1, hi)) == worst_case(lo, hi)
@@ -102,7 +91,7 @@ def test_a_guess_is_optimal_exactly_when_it_keeps_the_minimax_number_of_guesses(
 
 
 def test_the_guessing_game_narrows_the_range_and_ends_on_the_secret():
-    guess = scorer("guess_env")
+    guess = rules_in_process("guess_env")
     problem = Problem("guess 1..10", "7", meta={"low": 1, "high": 10, "secret": 7})
     state = GuessingEnvironment(max_turns=4).reset(problem)
     replies = []
@@ -147,7 +136,7 @@ def test_a_noisy_transcript_errs_only_in_its_calls_by_the_misconceptions_offsets
     noise = Noise(misconceptions={}, p_slip=0.0, offsets_may_cancel=False, p_misc=0.6,
                   keyed={"count": 100, "key": "digits"})
     task = ArithTask(ArithConfig(min_steps=8, max_steps=8, decision_rate=1.0, noise=noise))
-    calc = scorer("calculator_env")
+    calc = rules_in_process("calculator_env")
     rng = random.Random(0)
     kinds, wrong, successes, lengths = {"call": 0, "check": 0, "undo": 0, "answer": 0}, 0, 0, set()
     for problem in itertools.islice(task.train_problems(seed=3), 200):
@@ -177,3 +166,29 @@ def test_a_noisy_transcript_errs_only_in_its_calls_by_the_misconceptions_offsets
         lengths.add(len(turns))
     assert kinds["check"] > 0 and kinds["undo"] > 0 and kinds["answer"] == 200
     assert 0.2 < wrong / kinds["call"] < 0.6 and len(lengths) > 5 and successes > 0
+
+
+def test_the_noisy_player_errs_by_its_keyed_offsets_and_its_games_replay_through_the_rules():
+    from credo.tasks.guessing import keyed_offsets, noisy_transcript, problems
+
+    guess = rules_in_process("guess_env")
+    offsets = keyed_offsets(1, 63)
+    rng = random.Random(1)
+    wrong = turns_seen = found = 0
+    lengths = set()
+    for problem in itertools.islice(problems(seed=5, low=1, high=63), 300):
+        turns, observations = noisy_transcript(problem, offsets, 0.5, rng, max_turns=6)  # a best search needs 6
+        state, replies = GuessingEnvironment(max_turns=6).reset(problem), []
+        for turn in turns:
+            lo, hi = state["lo"], state["hi"]
+            replies.append(guess.step(state, turn))
+            state = replies[-1]["state"]
+            g = int(turn.split()[1].split("<")[0])
+            if not replies[-1]["correct"]:  # only a misconception's guess is ever not a best guess
+                wrong += 1
+                assert g == min(hi, max(lo, (lo + hi) // 2 + offsets[hi - lo + 1])) and g != (lo + hi) // 2
+        assert [r["observation"] for r in replies] == observations
+        found += replies[-1]["done"]
+        turns_seen += len(turns)
+        lengths.add(len(turns))
+    assert 0.1 < wrong / turns_seen < 0.5 and len(lengths) >= 4 and 0.5 < found / 300 < 1.0

@@ -10,14 +10,12 @@ within a group. The turns are read behind the scorer sandbox.
 
 from __future__ import annotations
 
-import importlib.util
 import random
 from typing import Any
 
 from credo.tasks.arith import MODULUS, Chain, Noise, format_answer
 from credo.tasks.base import Problem
-from credo.tasks.environment import SandboxedEnvironment
-from credo.tasks.sandbox import SCORERS
+from credo.tasks.environment import SandboxedEnvironment, rules_in_process
 
 TURN_END = "</call>"
 """The marker that ends a call turn (an answer turn ends at the end token)."""
@@ -41,16 +39,7 @@ def start_state(problem: Problem) -> dict[str, Any]:
             "answer": int(problem.answer), "value": chain.start, "taken": 0, "history": []}
 
 
-def _calculator_rules():
-    """The calculator's turn rules (`scorers/calculator_env.py`) imported in this process, for turns credo writes
-    itself (an SFT's transcripts): no model output reaches them here."""
-    spec = importlib.util.spec_from_file_location("credo_calculator_rules", SCORERS / "calculator_env.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_RULES = _calculator_rules()
+_RULES = rules_in_process("calculator_env")
 
 
 def noisy_call(op: str, a: int, b: int, noise: Noise, rng: random.Random) -> str:

@@ -20,12 +20,14 @@ reward. A sandboxed step that fails (overruns, dies, hits a limit) ends its epis
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any, Protocol
 
 from credo.tasks.base import Problem
-from credo.tasks.sandbox import Sandbox
+from credo.tasks.sandbox import SCORERS, Sandbox
 
 
 @dataclass(frozen=True)
@@ -115,3 +117,12 @@ def _turn_outcome(value: Any) -> TurnOutcome | None:
         return None
     return TurnOutcome(observation, done, value["state"], kind, correct,
                        None if turn_reward is None else float(turn_reward), None if reward is None else float(reward))
+
+
+def rules_in_process(scorer: str) -> ModuleType:
+    """An environment's scorer module imported in this process, for turns credo writes itself (an SFT's
+    transcripts, tests): its `step` then reads credo's own text, never a model's, which only the sandbox reads."""
+    spec = importlib.util.spec_from_file_location(f"credo_rules_{scorer}", SCORERS / f"{scorer}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
