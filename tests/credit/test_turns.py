@@ -30,7 +30,8 @@ def test_the_advantages_equal_a_loop_reference_and_vanish_past_each_episode():
         assert torch.allclose(turn_advantages(rewards, turns, groups, leave_one_out=loo),
                               loop_advantages(rewards, turns, groups, loo), atol=1e-6)
     past = torch.arange(5).unsqueeze(0) >= turns.unsqueeze(1)
-    assert (turn_advantages(rewards, turns, groups)[past] == 0).all() and (turn_returns(rewards, turns)[past] == 0).all()
+    assert (turn_advantages(rewards, turns, groups)[past] == 0).all()
+    assert (turn_returns(rewards, turns)[past] == 0).all()
 
 
 def test_one_turn_episodes_get_grpo_s_centred_reward():
