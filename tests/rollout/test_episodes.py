@@ -18,7 +18,7 @@ SCRIPTS = {
     RIGHT.prompt: ["<call>12+5</call>", "<call>17-9</call>", "\\boxed{08}"],
     CHECKED.prompt: ["<call>30+2</call>", "<call>check</call>", "<call>undo</call>", "<call>30+1</call>",
                      "\\boxed{31}"],
-    WRONG.prompt: ["<call>40-4</call>", "\\boxed{36}"],
+    WRONG.prompt: ["<call>040-4</call>", "\\boxed{36}"],  # one token longer than the others' first calls
 }
 
 
@@ -97,3 +97,9 @@ def test_an_episode_the_environment_does_not_end_is_truncated_and_earns_nothing(
     _, cut = episodes(budget=30)   # the budget ends every episode before its answer
     assert cut.truncated == [True] * 6 and cut.rewards == [0.0] * 6
     assert all(len(row) <= 30 for row in cut.tokens)
+
+
+def test_an_episode_near_the_end_of_its_budget_never_shortens_another_s_turn():
+    backend, out = episodes(budget=54)  # after the first call and its observation: 24 tokens left, 23 for WRONG
+    assert backend.budgets[:3] == [24, 23, 24]  # the second turns: each episode's own limit, one call per limit
+    assert all(len(row) <= 54 for row in out.tokens)

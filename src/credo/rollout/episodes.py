@@ -71,15 +71,14 @@ def sample_episodes(backend: GenerationBackend, env: Environment, problems: Sequ
         running = [r for r in running if len(episodes.tokens[r]) < budget_tokens]
         if not running:
             break
-        budget = min(turn_tokens, min(budget_tokens - len(episodes.tokens[r]) for r in running))
-        drawn = backend.generate([episodes.prompts[r] + episodes.tokens[r] for r in running], max_new_tokens=budget,
-                                 temperature=temperature, top_p=top_p, greedy=greedy, stop=[env.turn_end])
-        outcomes = env.step_batch([states[r] for r in running], drawn.texts)
+        turns = _next_turns(backend, episodes, running, turn_tokens, budget_tokens, env.turn_end,
+                            temperature=temperature, top_p=top_p, greedy=greedy)
+        outcomes = env.step_batch([states[r] for r in running], [turns[r][3] for r in running])
         still = []
-        for i, (r, outcome) in enumerate(zip(running, outcomes, strict=True)):
-            ids = drawn.response_ids[i][drawn.response_mask[i]].tolist()
-            _append(episodes, r, ids, turn, _row(drawn.token_probs, i, len(ids)), _row(drawn.entropies, i, len(ids)))
-            episodes.texts[r].append(drawn.texts[i])
+        for r, outcome in zip(running, outcomes, strict=True):
+            ids, probs, entropies, text = turns[r]
+            _append(episodes, r, ids, turn, probs, entropies)
+            episodes.texts[r].append(text)
             episodes.outcomes[r].append(outcome)
             states[r] = dict(outcome.state)
             if outcome.done:
@@ -92,6 +91,24 @@ def sample_episodes(backend: GenerationBackend, env: Environment, problems: Sequ
             still.append(r)
         running = still
     return episodes
+
+
+def _next_turns(backend: GenerationBackend, episodes: Episodes, rows: list[int], turn_tokens: int, budget_tokens: int,
+                stop: str, **sampling) -> dict[int, tuple[list[int], list[float], list[float], str]]:
+    """Each running episode's next turn (its token ids, their probabilities and entropies, its text), each at most
+    `turn_tokens` long and within what its budget has left: one generation call per distinct limit, so that an
+    episode near the end of its budget never shortens another's turn."""
+    by_limit: dict[int, list[int]] = {}
+    for r in rows:
+        by_limit.setdefault(min(turn_tokens, budget_tokens - len(episodes.tokens[r])), []).append(r)
+    out = {}
+    for limit, chosen in sorted(by_limit.items()):
+        drawn = backend.generate([episodes.prompts[r] + episodes.tokens[r] for r in chosen], max_new_tokens=limit,
+                                 stop=[stop], **sampling)
+        for i, r in enumerate(chosen):
+            ids = drawn.response_ids[i][drawn.response_mask[i]].tolist()
+            out[r] = (ids, _row(drawn.token_probs, i, len(ids)), _row(drawn.entropies, i, len(ids)), drawn.texts[i])
+    return out
 
 
 def _row(values, i: int, length: int) -> list[float]:
