@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from credo.rollout.episodes import sample_episodes
-from credo.rollout.generate import Completions, left_pad, right_pad
+from credo.rollout.generate import Completions, left_pad, per_token, right_pad
 from credo.tasks.arith import Chain
 from credo.tasks.base import Problem
 from credo.tasks.calculator import CalculatorEnvironment
@@ -103,3 +103,29 @@ def test_an_episode_near_the_end_of_its_budget_never_shortens_another_s_turn():
     backend, out = episodes(budget=54)  # after the first call and its observation: 24 tokens left, 23 for WRONG
     assert backend.budgets[:3] == [24, 23, 24]  # the second turns: each episode's own limit, one call per limit
     assert all(len(row) <= 54 for row in out.tokens)
+
+
+def test_episodes_become_a_batch_whose_per_decision_oracle_credits_each_turn_by_its_own_correctness():
+    from credo.batch import RolloutBatch
+    from credo.credit.oracle import decision_advantages
+
+    backend, out = episodes()
+    pad = backend.tokenizer.pad_token_id
+    completions = out.completions(pad)
+    fields = out.token_fields(completions.response_ids.shape[1])
+    verdicts = out.verdicts()
+    assert [v.wrong_steps for v in verdicts[::2]] == [(), (0,), (0,)] and [v.correct for v in verdicts[::2]] == [
+        True, True, False]
+    assert completions.texts[0] == "<call>12+5</call><call>17-9</call>\\boxed{08}"
+    batch = RolloutBatch(response_ids=completions.response_ids, response_mask=completions.response_mask,
+                         group_id=torch.tensor([0, 0, 1, 1, 2, 2]), rewards=torch.tensor(out.rewards),
+                         old_logp=torch.zeros(completions.response_ids.shape), prompt_ids=completions.prompt_ids,
+                         prompt_mask=completions.prompt_mask, **fields)  # validated: masks, thought ids' rule
+    assert torch.equal(batch.loss_mask, per_token(out.policy, completions.response_ids.shape[1], False, torch.bool))
+    # one group of the right episode and the checked one, as if they were one prompt's: per-turn classes
+    adv = decision_advantages(batch.thought_ids, batch.thought_wrong, torch.tensor([0, 0, 0, 0, 1, 1]),
+                              batch.response_mask)
+    assert adv[0, 0] > 0 and adv[2, 0] < 0  # the wrong first call loses, the right one gains
+    observation = ~batch.loss_mask & batch.response_mask
+    assert observation[0].any() and not batch.loss_mask[observation].any()
+

@@ -18,8 +18,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+from torch import Tensor
+
 from credo.rollout.backend import GenerationBackend
-from credo.tasks.base import Problem
+from credo.rollout.generate import Completions, per_token
+from credo.tasks.base import Problem, Verdict
 from credo.tasks.environment import Environment, TurnOutcome
 
 
@@ -51,6 +55,39 @@ class Episodes:
     def policy_tokens(self) -> int:
         """Tokens the policy generated (the rollout-token count: observations are not generated)."""
         return sum(sum(row) for row in self.policy)
+
+    def completions(self, pad: int) -> Completions:
+        """The episodes as a batch's responses: each row's whole sequence after its prompt (turns and observations:
+        what the policy attends to), its turns' texts joined, the behaviour statistics (0 on observations)."""
+        return Completions.from_lists(self.prompts, self.tokens, ["".join(texts) for texts in self.texts],
+                                      self.truncated, pad, self.probs, self.entropies)
+
+    def verdicts(self) -> list[Verdict]:
+        """Each episode's verdict: the environment's reward (correct when positive), and the per-turn checker's
+        wrong turns as its wrong steps (0-based turn indices; turns that decide nothing are never wrong)."""
+        out = []
+        for reward, outcomes in zip(self.rewards, self.outcomes, strict=True):
+            wrong = tuple(t for t, o in enumerate(outcomes) if o.correct is False)
+            out.append(Verdict(reward=reward, correct=reward > 0, first_wrong_step=wrong[0] if wrong else None,
+                               wrong_steps=wrong, sandbox_failed=any(o.failed for o in outcomes)))
+        return out
+
+    def token_fields(self, width: int) -> dict[str, Tensor]:
+        """(B, width) per-token fields of a batch: `loss_mask` (the policy's tokens: observations get no gradient),
+        `thought_ids` (each token's turn, an observation taking the turn before it, -1 off the sequence: non-
+        decreasing, as the step checker's thoughts are) and `thought_wrong` (the tokens of the turns the checker
+        judged wrong), so that the per-decision oracle credits each turn by its own correctness."""
+        turn_of = [list(row) for row in self.turns]
+        for row in turn_of:  # an observation belongs to the turn it answers (every sequence starts with a turn)
+            for i in range(1, len(row)):
+                if row[i] < 0:
+                    row[i] = row[i - 1]
+        wrong = [[turn >= 0 and outcomes[turn].correct is False for turn in row]
+                 for row, outcomes in zip(turn_of, self.outcomes, strict=True)]
+        return {"loss_mask": per_token(self.policy, width, False, torch.bool),
+                "thought_ids": per_token(turn_of, width, -1, torch.long),
+                "thought_wrong": per_token(wrong, width, False, torch.bool) & per_token(self.policy, width, False,
+                                                                                         torch.bool)}
 
 
 def sample_episodes(backend: GenerationBackend, env: Environment, problems: Sequence[Problem],
