@@ -18,7 +18,6 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from credo.passk import pass_at_k
-from credo.tasks import verify_all
 
 
 def summarise(
@@ -81,7 +80,9 @@ def evaluate_policy(backend, task, problems, config, *, max_new_tokens: int, see
     `config.top_p` (of the first `config.sample_problems` of each difficulty, where set), overall and per difficulty,
     and per difficulty the responses' lengths and truncated shares (`summarise`).
 
-    Responses come from the run's generation backend (`credo.rollout.generate.TransformersBackend` or vLLM).
+    Responses come from the run's generation backend (`credo.rollout.generate.TransformersBackend` or vLLM), drawn
+    and verified as training draws them (`credo.rollout.groups.draw`: multi-turn episodes where the task has an
+    environment).
     Sampling runs under its own seed (the training RNG stream is left untouched), so evaluations of
     different runs and methods see the same sampling noise. A verifier that raises follows the run's
     `rollout.reward_errors`, as in training: "raise" stops with the prompt and response, "zero" counts the
@@ -90,6 +91,7 @@ def evaluate_policy(backend, task, problems, config, *, max_new_tokens: int, see
     import torch
 
     from credo.rollout.generate import encode_prompts
+    from credo.rollout.groups import draw
 
     prompts = encode_prompts(backend.tokenizer, [p.prompt for p in problems])
     greedy = samples = None
@@ -97,18 +99,19 @@ def evaluate_policy(backend, task, problems, config, *, max_new_tokens: int, see
     with torch.random.fork_rng(devices=[torch.cuda.current_device()] if torch.cuda.is_available() else []):
         torch.manual_seed(seed)
         if config.greedy:
-            out = backend.generate(prompts, max_new_tokens=max_new_tokens, greedy=True)
-            greedy = [v.correct for v in verify_all(task, problems, out.texts, reward_errors, out.id_lists())[0]]
-            responses = response_statistics(out, "greedy")
+            drawn = draw(backend, task, problems, prompts, repeat=1, max_new_tokens=max_new_tokens,
+                         on_error=reward_errors, greedy=True)
+            greedy = [v.correct for v in drawn.verdicts]
+            responses = response_statistics(drawn.completions, "greedy")
         if config.samples:
             n = config.samples
             chosen = first_per_bucket(problems, config.sample_problems)
-            out = backend.generate([prompts[i] for i in chosen], max_new_tokens=max_new_tokens,
-                                   temperature=config.temperature, top_p=config.top_p, repeat=n)
-            rows = [problems[i] for i in chosen for _ in range(n)]
-            flat = [v.correct for v in verify_all(task, rows, out.texts, reward_errors, out.id_lists())[0]]
+            drawn = draw(backend, task, [problems[i] for i in chosen], [prompts[i] for i in chosen], repeat=n,
+                         max_new_tokens=max_new_tokens, on_error=reward_errors, temperature=config.temperature,
+                         top_p=config.top_p)
+            flat = [v.correct for v in drawn.verdicts]
             samples = [None] * len(problems)
-            stats = response_statistics(out, "sampled", n)
+            stats = response_statistics(drawn.completions, "sampled", n)
             for j, i in enumerate(chosen):
                 samples[i] = flat[j * n : (j + 1) * n]
                 responses[i] = responses[i] | stats[j]

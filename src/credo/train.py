@@ -173,8 +173,9 @@ def behaviour_batch(trainer: Trainer, rollout: Rollout) -> tuple[RolloutBatch, b
     """The rollout as a batch, with the behaviour policy's log-probs and per-token statistics (computed once, no
     grad): its entropies, logged for every method, and the others the method reads (`Method.behaviour_statistics`),
     the reference policy's log-probs where the loss has a KL penalty (`Trainer.reference`; once, no grad, in the
-    same micro-batches) and the step checker's `blame_start` where the task has one, and whether the behaviour
-    and reference values were finite on every response token.
+    same micro-batches), the step checker's fields where the task has one (or those the draw fixed itself, a
+    multi-turn episode's: `Rollout.checks`), and whether the behaviour and reference values were finite on every
+    response token.
 
     On-policy trainers (`Trainer.on_policy`) skip the behaviour pass (not the reference's): `old_logp`
     stays 0 until the update's own forward pass fills it, and the statistics are None (the update logs the
@@ -205,7 +206,7 @@ def behaviour_batch(trainer: Trainer, rollout: Rollout) -> tuple[RolloutBatch, b
         old_logp, ref_logp = (None if t is None else torch.nan_to_num(t, nan=0.0, posinf=0.0, neginf=0.0)
                               for t in (old_logp, ref_logp))
         scored = {name: torch.nan_to_num(t, nan=0.0, posinf=0.0, neginf=0.0) for name, t in scored.items()}
-    checked = step_checks(trainer, rollout) if trainer.task.checks_steps else {}
+    checked = rollout.checks or (step_checks(trainer, rollout) if trainer.task.checks_steps else {})
     batch = rollout.batch(old_logp=old_logp, ref_logp=ref_logp, device=trainer.device, **checked)
     return batch.replace(**{name: torch.where(batch.response_mask, t, 0.0) for name, t in scored.items()}), finite
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
+
+import pytest
 import torch
 
 from credo.rollout.episodes import sample_episodes
 from credo.rollout.generate import Completions, left_pad, per_token, right_pad
 from credo.tasks.arith import Chain
-from credo.tasks.base import Problem
+from credo.tasks.base import Problem, Task
 from credo.tasks.calculator import CalculatorEnvironment
 from credo.testbed import END, build_tokenizer, chat_prompt
 
@@ -55,8 +58,8 @@ def episodes(max_turns=8, budget=200, turn_tokens=24):
     problems = [Problem(c.prompt, f"{c.values()[-1]:02d}", meta={"chain": c}) for c in (RIGHT, CHECKED, WRONG)]
     prompts = [backend.tokenizer(chat_prompt(backend.tokenizer, p.prompt), add_special_tokens=False)["input_ids"]
                for p in problems]
-    env = CalculatorEnvironment(max_turns=max_turns)
-    out = sample_episodes(backend, env, problems, prompts, repeat=2, turn_tokens=turn_tokens, budget_tokens=budget)
+    env = CalculatorEnvironment(max_turns=max_turns, turn_tokens=turn_tokens)
+    out = sample_episodes(backend, env, problems, prompts, repeat=2, budget_tokens=budget)
     return backend, out
 
 
@@ -129,3 +132,48 @@ def test_episodes_become_a_batch_whose_per_decision_oracle_credits_each_turn_by_
     observation = ~batch.loss_mask & batch.response_mask
     assert observation[0].any() and not batch.loss_mask[observation].any()
 
+
+
+class CalculatorChains(Task):
+    """A task whose responses are calculator episodes: the problems of the scripts, in turn."""
+
+    name = "calculator-chains"
+    checks_steps = False
+
+    def __init__(self):
+        self.environment = CalculatorEnvironment(max_turns=8)
+        self.problems = [Problem(c.prompt, f"{c.values()[-1]:02d}", "steps=1", meta={"chain": c})
+                         for c in (RIGHT, CHECKED, WRONG)]
+
+    def train_problems(self, seed, start=0):
+        return itertools.islice(itertools.cycle(self.problems), start, None)
+
+    def eval_problems(self):
+        return self.problems
+
+    def verify(self, problem, response):
+        raise AssertionError("an episode is scored by its environment, never by verify")
+
+
+def test_a_task_with_an_environment_trains_and_evaluates_on_episodes():
+    from credo.config import EvalConfig
+    from credo.evaluate import evaluate_policy
+    from credo.rollout.groups import ProblemStream, _merge, sample_groups
+    from credo.rollout.samplers import RolloutConfig
+
+    task, backend = CalculatorChains(), TurnScript()
+    options = RolloutConfig(prompts_per_step=3, group_size=2, max_new_tokens=200)
+    rollout = sample_groups(backend, task, ProblemStream(task, seed=0), options)
+    assert rollout.rewards.tolist() == [1.0, 1.0, 1.0, 1.0, 0.0, 0.0]
+    assert rollout.generated_tokens == int(rollout.checks["loss_mask"].sum()) < rollout.completions.tokens
+    batch = rollout.batch(**rollout.checks)  # as the trainer builds it (train.behaviour_batch)
+    observations = batch.response_mask & ~batch.loss_mask
+    assert observations.any() and batch.blame_start.tolist() == [-1, -1, 0, 0, 0, 0]
+    # dynamic sampling's merge keeps each row's fields, re-padded
+    merged = _merge([(rollout, 4), (rollout, 0)], 2, backend.tokenizer.pad_token_id)
+    assert set(merged.checks) == {"loss_mask", "thought_ids", "thought_wrong", "blame_start"}
+    for name, value in merged.checks.items():
+        assert torch.equal(value[:2], rollout.checks[name][4:6, : value.shape[-1]] if value.dim() == 2
+                           else rollout.checks[name][4:6]), name
+    result = evaluate_policy(backend, task, task.problems, EvalConfig(samples=2, ks=[1, 2]), max_new_tokens=200, seed=0)
+    assert result["greedy_pass@1"] == pytest.approx(2 / 3) and result["pass@1"] == pytest.approx(2 / 3)

@@ -76,7 +76,8 @@ class Episodes:
         """(B, width) per-token fields of a batch: `loss_mask` (the policy's tokens: observations get no gradient),
         `thought_ids` (each token's turn, an observation taking the turn before it, -1 off the sequence: non-
         decreasing, as the step checker's thoughts are) and `thought_wrong` (the tokens of the turns the checker
-        judged wrong), so that the per-decision oracle credits each turn by its own correctness."""
+        judged wrong), so that the per-decision oracle credits each turn by its own correctness; and (B,)
+        `blame_start`, the first token of each episode's first wrong turn (-1: none), for first-error blame."""
         turn_of = [list(row) for row in self.turns]
         for row in turn_of:  # an observation belongs to the turn it answers (every sequence starts with a turn)
             for i in range(1, len(row)):
@@ -84,17 +85,19 @@ class Episodes:
                     row[i] = row[i - 1]
         wrong = [[turn >= 0 and outcomes[turn].correct is False for turn in row]
                  for row, outcomes in zip(turn_of, self.outcomes, strict=True)]
-        return {"loss_mask": per_token(self.policy, width, False, torch.bool),
-                "thought_ids": per_token(turn_of, width, -1, torch.long),
-                "thought_wrong": per_token(wrong, width, False, torch.bool) & per_token(self.policy, width, False,
-                                                                                         torch.bool)}
+        policy = per_token(self.policy, width, False, torch.bool)
+        wrong_tokens = per_token(wrong, width, False, torch.bool) & policy
+        first = [row.index(True) if True in row else -1 for row in wrong_tokens.tolist()]
+        return {"loss_mask": policy, "thought_ids": per_token(turn_of, width, -1, torch.long),
+                "thought_wrong": wrong_tokens, "blame_start": torch.tensor(first, dtype=torch.long)}
 
 
 def sample_episodes(backend: GenerationBackend, env: Environment, problems: Sequence[Problem],
-                    prompts: Sequence[list[int]], *, repeat: int, turn_tokens: int, budget_tokens: int,
-                    temperature: float = 1.0, top_p: float = 1.0, greedy: bool = False) -> Episodes:
-    """`repeat` episodes per problem (`prompts[i]` is problem i's encoded prompt), each turn at most `turn_tokens`
-    long and each episode's turns and observations together at most `budget_tokens`."""
+                    prompts: Sequence[list[int]], *, repeat: int, budget_tokens: int, temperature: float = 1.0,
+                    top_p: float = 1.0, greedy: bool = False) -> Episodes:
+    """`repeat` episodes per problem (`prompts[i]` is problem i's encoded prompt), each turn at most the
+    environment's `turn_tokens` long and each episode's turns and observations together at most `budget_tokens`."""
+    turn_tokens = env.turn_tokens
     if turn_tokens < 1 or budget_tokens < 1:
         raise ValueError(f"turn_tokens and budget_tokens must be positive, got {turn_tokens} and {budget_tokens}")
     rows = len(problems) * repeat

@@ -15,7 +15,8 @@ from torch import Tensor
 
 from credo.batch import RolloutBatch
 from credo.rollout.backend import GenerationBackend
-from credo.rollout.generate import Completions, encode_prompts
+from credo.rollout.episodes import sample_episodes
+from credo.rollout.generate import Completions, encode_prompts, per_token
 from credo.rollout.options import RolloutOptions
 from credo.tasks import Problem, Task, Verdict, sandbox_failures, unscored_count, verify_all
 
@@ -46,6 +47,10 @@ class Rollout:
     records: dict[str, Tensor] = field(default_factory=dict)
     """What the sampler recorded besides the responses, under `RolloutBatch` field names (the reset
     sampler's `prefix_len` and `segment_ids`, the revision sampler's `revision_success` and `edit_mask`)."""
+    checks: dict[str, Tensor] = field(default_factory=dict)
+    """Batch fields the draw fixed itself where the trainer would otherwise read them from the responses' text:
+    a multi-turn episode's `loss_mask` (the policy's tokens) and its turns as the step checker's `thought_ids`,
+    `thought_wrong` and `blame_start` (`credo.rollout.episodes.Episodes.token_fields`); empty for single turns."""
 
     def batch(self, *, old_logp: Tensor | None = None, entropy: Tensor | None = None, ref_logp: Tensor | None = None,
               device: torch.device | str | None = None, **checks: Tensor) -> RolloutBatch:
@@ -75,15 +80,48 @@ def overlong_penalty(lengths: Tensor, max_new_tokens: int, buffer: int) -> Tenso
     return -((lengths - (max_new_tokens - buffer)).clamp(min=0) / buffer).clamp(max=1.0)
 
 
+@dataclass
+class Drawn:
+    """Verified responses to some prompts: single responses, or multi-turn episodes where the task has an
+    environment."""
+
+    completions: Completions
+    verdicts: list[Verdict]
+    errors: int
+    """Responses scored 0 because verifying them failed (`verify_all`; an episode's failed environment steps)."""
+    tokens: int
+    """Tokens the policy generated (an episode's observations are not)."""
+    checks: dict[str, Tensor]
+    """The fields `Rollout.checks` describes (empty for single responses)."""
+
+
+def draw(backend: GenerationBackend, task: Task, problems: list[Problem], prompts: list[list[int]], *, repeat: int,
+         max_new_tokens: int, on_error: str, temperature: float = 1.0, top_p: float = 1.0,
+         greedy: bool = False) -> Drawn:
+    """`repeat` verified responses per prompt (rows in prompt order): each generated whole and verified by the
+    task, or, where the task has an environment, an episode of at most `max_new_tokens` tokens, turns and
+    observations together, which the environment answers and scores (`credo.rollout.episodes`)."""
+    if task.environment is not None:
+        episodes = sample_episodes(backend, task.environment, problems, prompts, repeat=repeat,
+                                   budget_tokens=max_new_tokens, temperature=temperature, top_p=top_p, greedy=greedy)
+        completions = episodes.completions(backend.tokenizer.pad_token_id)
+        verdicts = episodes.verdicts()
+        return Drawn(completions, verdicts, sum(v.sandbox_failed for v in verdicts), episodes.policy_tokens,
+                     episodes.token_fields(completions.response_ids.shape[1]))
+    completions = backend.generate(prompts, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                                   greedy=greedy, repeat=repeat)
+    rows = [p for p in problems for _ in range(repeat)]
+    verdicts, errors = verify_all(task, rows, completions.texts, on_error, completions.id_lists())
+    return Drawn(completions, verdicts, errors, completions.tokens, {})
+
+
 def sample_round(backend: GenerationBackend, task: Task, problems: list[Problem], config: RolloutOptions) -> Rollout:
     """One round: `group_size` samples for each problem, verified."""
     rows = [p for p in problems for _ in range(config.group_size)]
     prompts = encode_prompts(backend.tokenizer, [p.prompt for p in problems])
-    completions = backend.generate(
-        prompts, max_new_tokens=config.max_new_tokens, temperature=config.temperature, top_p=config.top_p,
-        repeat=config.group_size,
-    )
-    verdicts, errors = verify_all(task, rows, completions.texts, config.reward_errors, completions.id_lists())
+    drawn = draw(backend, task, problems, prompts, repeat=config.group_size, max_new_tokens=config.max_new_tokens,
+                 on_error=config.reward_errors, temperature=config.temperature, top_p=config.top_p)
+    completions, verdicts, errors = drawn.completions, drawn.verdicts, drawn.errors
     rewards = torch.tensor([v.reward for v in verdicts], dtype=torch.float32)
     if config.overlong_buffer is not None:
         lengths = completions.response_mask.sum(dim=1)
@@ -91,7 +129,7 @@ def sample_round(backend: GenerationBackend, task: Task, problems: list[Problem]
     group_id = torch.arange(len(problems)).repeat_interleave(config.group_size)
     metrics = {"rollout/reward_errors": errors, "verify/sandbox_failures": sandbox_failures(verdicts),
                "verify/unscored": unscored_count(verdicts)}
-    return Rollout(rows, completions, verdicts, rewards, group_id, completions.tokens, metrics)
+    return Rollout(rows, completions, verdicts, rewards, group_id, drawn.tokens, metrics, checks=drawn.checks)
 
 
 def sample_groups(backend: GenerationBackend, task: Task, stream: ProblemStream, config: RolloutOptions) -> Rollout:
@@ -137,8 +175,10 @@ def _split_constant(rollout: Rollout, size: int) -> tuple[list[Group], list[Grou
 
 
 def _merge(groups: list[Group], size: int, pad: int) -> Rollout:
-    """One rollout of the chosen groups, with fresh group ids and re-padded tensors."""
+    """One rollout of the chosen groups, with fresh group ids and re-padded tensors (their `checks` too: a
+    per-token field padded with -1 where it holds indices, else with False or 0)."""
     problems, verdicts, prompts, responses, texts, truncated, rewards = [], [], [], [], [], [], []
+    checks: dict[str, list] = {name: [] for name in groups[0][0].checks} if groups else {}
     for rollout, start in groups:
         c = rollout.completions
         for row in range(start, start + size):
@@ -149,7 +189,16 @@ def _merge(groups: list[Group], size: int, pad: int) -> Rollout:
             texts.append(c.texts[row])
             truncated.append(bool(c.truncated[row]))
             rewards.append(float(rollout.rewards[row]))
+            for name, values in checks.items():
+                value = rollout.checks[name][row]
+                values.append(value[: len(responses[-1])].tolist() if value.dim() else value.item())
     completions = Completions.from_lists(prompts, responses, texts, truncated, pad)
+    width = completions.response_ids.shape[1]
+    kinds = {name: groups[0][0].checks[name] for name in checks}
+    merged = {name: per_token(values, width, -1 if kinds[name].dtype == torch.long else 0, kinds[name].dtype)
+              if kinds[name].dim() == 2 else torch.tensor(values, dtype=kinds[name].dtype)
+              for name, values in checks.items()}
     group_id = torch.arange(len(groups)).repeat_interleave(size)
-    return Rollout(problems, completions, verdicts, torch.tensor(rewards), group_id, completions.tokens)
+    return Rollout(problems, completions, verdicts, torch.tensor(rewards), group_id, completions.tokens,
+                   checks=merged)
 

@@ -24,6 +24,7 @@ from credo.registry import Registry
 from credo.tasks.sandbox import SandboxUnavailable
 
 if TYPE_CHECKING:
+    from credo.tasks.environment import Environment
     from credo.tasks.rewards import CustomReward
 
 log = logging.getLogger(__name__)
@@ -76,8 +77,8 @@ class Verdict:
 class Task(Protocol):
     """What the training loop, its samplers and the evaluation read from a task, and nothing else.
 
-    A task class subclasses `Task` (as `RewardedTask` does) to take the defaults of `custom_reward` and
-    `verify_batch`."""
+    A task class subclasses `Task` (as `RewardedTask` does) to take the defaults of `custom_reward`, `environment`
+    and `verify_batch`."""
 
     name: str
     checks_steps: bool
@@ -88,6 +89,10 @@ class Task(Protocol):
     place of the task's own scoring (`verify_all`); None: the task scores them itself. The loop checks their shapes
     before sampling (`check_reward_shapes`), sets their `trainer_state` before each step's sampling and logs what
     they recorded after it (`custom_reward.drain()`)."""
+    environment: Environment | None = None
+    """The task's multi-turn side (`credo.tasks.environment`): None for a single-turn task, whose responses are
+    sampled whole and verified; else each response is an episode of turns that the environment answers and scores
+    (`credo.rollout.episodes`)."""
 
     def train_problems(self, seed: int, start: int = 0) -> Iterator[Problem]:
         """An endless, seeded stream of training problems, resumable at position `start`."""

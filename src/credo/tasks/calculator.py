@@ -25,8 +25,8 @@ class CalculatorEnvironment(SandboxedEnvironment):
     """Episodes of a chain's steps through the calculator; `max_turns` bounds the calls, checks, undos and the
     answer together."""
 
-    def __init__(self, max_turns: int, step_seconds: float = 1.0) -> None:
-        super().__init__("calculator_env", TURN_END, max_turns, step_seconds)
+    def __init__(self, max_turns: int, turn_tokens: int = 24, step_seconds: float = 1.0) -> None:
+        super().__init__("calculator_env", TURN_END, max_turns, turn_tokens, step_seconds)
 
     def reset(self, problem: Problem) -> dict[str, Any]:
         return start_state(problem)

@@ -59,6 +59,8 @@ class Environment(Protocol):
     """The marker that ends a policy's turn (kept in the turn): generation of a turn stops after it."""
     max_turns: int
     """The most policy turns an episode may take; an episode that reaches it ends with reward 0."""
+    turn_tokens: int
+    """The most tokens of one policy turn (a turn cut there is read as it stands)."""
 
     def reset(self, problem: Problem) -> dict[str, Any]:
         """A new episode's state (JSON) from the problem, made on the trainer's side from trusted data."""
@@ -81,6 +83,7 @@ class SandboxedEnvironment:
     """The scorer module's name in `credo/tasks/scorers/` (its `step` reads a turn)."""
     turn_end: str
     max_turns: int
+    turn_tokens: int
     step_seconds: float = 1.0
     """The bound of one turn's step in its sandboxed child."""
     failures: int = 0

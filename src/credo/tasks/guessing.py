@@ -21,8 +21,8 @@ TURN_END = "</call>"
 class GuessingEnvironment(SandboxedEnvironment):
     """Episodes of guesses at `problem.meta["secret"]` in `problem.meta["low"]..["high"]`."""
 
-    def __init__(self, max_turns: int, step_seconds: float = 1.0) -> None:
-        super().__init__("guess_env", TURN_END, max_turns, step_seconds)
+    def __init__(self, max_turns: int, turn_tokens: int = 24, step_seconds: float = 1.0) -> None:
+        super().__init__("guess_env", TURN_END, max_turns, turn_tokens, step_seconds)
 
     def reset(self, problem: Problem) -> dict[str, Any]:
         return start_state(problem)
