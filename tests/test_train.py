@@ -544,3 +544,24 @@ def test_the_logged_update_size_is_the_weights_change(tmp_path, monkeypatch):
     assert summary["steps"] == 1 and float(change) > 0
     assert record["optim/update_norm"] == pytest.approx(float(change), rel=1e-4)
     assert record["optim/update_rel"] == pytest.approx(float(change / size), rel=1e-4)
+
+
+@pytest.mark.parametrize("method", ["grpo", "oracle_steps"])
+def test_a_task_with_an_environment_trains_on_episodes_end_to_end(tmp_path, method):
+    # the tiny model writes no valid call: every turn is read behind the sandbox, answered "?", and the episodes
+    # end at the token budget; the loop, the per-turn checker's fields and the evaluation run on them all the same
+    summary, run_dir = run(tmp_path, extra=[f"method={method}", "task.name=calculator", "task.min_steps=2",
+                                            "task.max_steps=3", "task.eval_steps=[2]", "task.max_turns=3",
+                                            "rollout.max_new_tokens=40"])
+    assert summary["steps"] == 3 and summary["rollout_tokens"] > 0
+    steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in steps if "eval" not in r]
+    # rollout tokens count the policy's turns, not the calculator's observations
+    assert all(r["rollout_tokens"] <= 3 * 2 * 40 * (i + 1) for i, r in enumerate(steps))
+    assert set(summary["eval_end"]["by_difficulty"]) == {"steps=2"}
+    # the logged samples: the calculator's observations are in the sequence but never trained on
+    samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    text = ["".join(s["tokens"]) for s in samples]
+    assert any("<obs>?</obs>" in t for t in text)
+    untrained = ["".join(t for t, trained in zip(s["tokens"], s["loss_mask"]) if not trained) for s in samples]
+    assert all(u == "<obs>?</obs>" * u.count("<obs>") for u in untrained) and any(untrained)

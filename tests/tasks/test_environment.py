@@ -192,3 +192,15 @@ def test_the_noisy_player_errs_by_its_keyed_offsets_and_its_games_replay_through
         turns_seen += len(turns)
         lengths.add(len(turns))
     assert 0.1 < wrong / turns_seen < 0.5 and len(lengths) >= 4 and 0.5 < found / 300 < 1.0
+
+
+def test_the_calculator_task_prompts_its_form_and_refuses_a_custom_reward():
+    from credo.tasks import build_task
+    from credo.tasks.calculator import CalculatorConfig
+
+    task = build_task({"name": "calculator", "min_steps": 2, "max_steps": 2, "max_turns": 5})
+    problem = next(iter(task.train_problems(seed=0)))
+    assert problem.prompt.startswith("calc ") and task.environment.max_turns == 5
+    assert all(p.prompt.startswith("calc ") for p in task.eval_problems())
+    with pytest.raises(ValueError, match="scored by its environment"):
+        CalculatorConfig(reward="my_rewards:accuracy")

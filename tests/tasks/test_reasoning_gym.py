@@ -243,7 +243,7 @@ def test_bucket_value_falls_back_to_the_difficulty_mapping():
 def test_task_class_resolves_families():
     assert task_class("reasoning_gym:chain_sum") is ReasoningGymTask
     assert (task_class("arith"), task_class("jsonl")) == (ArithTask, JsonlTask)
-    with pytest.raises(ValueError, match=r"^unknown task 'gym:x'; valid names: arith, jsonl, dataset, reasoning_gym:<dataset>$"):
+    with pytest.raises(ValueError, match=r"^unknown task 'gym:x'; valid names: arith, calculator, jsonl, dataset, reasoning_gym:<dataset>$"):
         task_class("gym:x")
     with pytest.raises(ValueError, match=r"task 'reasoning_gym' needs a dataset: reasoning_gym:<dataset>"):
         task_class("reasoning_gym")
@@ -300,8 +300,8 @@ def test_load_config_validates_reasoning_gym_tasks(tmp_path):
     message = error(["method=oracle_blame"])
     assert "oracle_blame needs blame_start (a task's step checker" in message and "(task reasoning_gym:chain_sum has no step checker)" in message
     assert validate({"task": {"name": "reasoning_gym:chain_sum"}}).task == {"name": "reasoning_gym:chain_sum"}
-    with pytest.raises(ConfigError, match=r"task: unknown task 'reasoning-gym:chain_sum'; valid names: arith, jsonl, "
-                                          r"dataset, reasoning_gym:<dataset>"):
+    with pytest.raises(ConfigError, match=r"task: unknown task 'reasoning-gym:chain_sum'; valid names: arith, "
+                                          r"calculator, jsonl, dataset, reasoning_gym:<dataset>"):
         validate({"task": {"name": "reasoning-gym:chain_sum"}})
 
 

@@ -14,6 +14,7 @@ from credo.tasks.base import (
     unscored_count,
     verify_all,
 )
+from credo.tasks.calculator import CalculatorConfig, CalculatorTask
 from credo.tasks.chat import ChatPrompt
 from credo.tasks.dataset import DatasetConfig, DatasetTask
 from credo.tasks.jsonl import JsonlConfig, JsonlTask
@@ -28,7 +29,8 @@ def build_task(options: dict) -> Task:
 
 
 __all__ = [
-    "TASKS", "THOUGHT_END", "THOUGHT_INSTRUCTION", "ArithConfig", "ArithTask", "ChatPrompt", "CustomReward", "DatasetConfig",
+    "TASKS", "THOUGHT_END", "THOUGHT_INSTRUCTION", "ArithConfig", "ArithTask", "CalculatorConfig", "CalculatorTask",
+    "ChatPrompt", "CustomReward", "DatasetConfig",
     "DatasetTask", "JsonlConfig", "JsonlTask", "Problem", "ReasoningGymConfig", "ReasoningGymTask", "RewardFunction",
     "RewardOptions", "Task", "Verdict", "build_task", "sandbox_failures", "task_class", "task_names", "unscored_count",
     "verify_all",

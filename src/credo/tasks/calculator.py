@@ -10,11 +10,14 @@ within a group. The turns are read behind the scorer sandbox.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import Any
 
-from credo.tasks.arith import MODULUS, Chain, Noise, format_answer
-from credo.tasks.base import Problem
+from pydantic import Field, field_validator
+
+from credo.tasks.arith import MODULUS, ArithConfig, ArithTask, Chain, Noise, format_answer
+from credo.tasks.base import TASKS, Problem
 from credo.tasks.environment import SandboxedEnvironment, rules_in_process
 
 TURN_END = "</call>"
@@ -40,6 +43,42 @@ def start_state(problem: Problem) -> dict[str, Any]:
 
 
 _RULES = rules_in_process("calculator_env")
+
+
+class CalculatorConfig(ArithConfig):
+    """The arithmetic chain's options (`ArithConfig`) and the episode's: its turn limit and a turn's length."""
+
+    max_turns: int = Field(24, ge=1)
+    """The most turns of an episode (calls, checks, undos and the answer); one that reaches it earns 0."""
+    turn_tokens: int = Field(24, ge=8)
+    """The most tokens of one turn (a call of two 6-digit operands fits in 27)."""
+
+    @field_validator("reward")
+    @classmethod
+    def _scored_by_the_environment(cls, reward):
+        if reward is not None:
+            raise ValueError("the calculator's episodes are scored by its environment (the chain's answer); "
+                             "task.reward does not apply to them")
+        return reward
+
+
+@TASKS.register("calculator")
+class CalculatorTask(ArithTask):
+    """The arithmetic chain solved through the calculator (`CalculatorEnvironment`): each response is an episode of
+    calls, checks and undos and the answer, scored by the environment, each call judged by the per-turn checker
+    (`checks_steps`: an episode's wrong turns are its wrong steps). Prompts are the chain's prefixed with "calc ",
+    so that one testbed model can learn both forms."""
+
+    name = "calculator"
+    Config = CalculatorConfig
+
+    def __init__(self, config: CalculatorConfig | None = None) -> None:
+        super().__init__(config or CalculatorConfig())
+        self.environment = CalculatorEnvironment(self.config.max_turns, self.config.turn_tokens)
+
+    def problem(self, chain: Chain) -> Problem:
+        single = super().problem(chain)
+        return dataclasses.replace(single, prompt=f"calc {single.prompt}")
 
 
 def noisy_call(op: str, a: int, b: int, noise: Noise, rng: random.Random) -> str:
