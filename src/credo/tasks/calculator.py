@@ -53,9 +53,9 @@ class CalculatorConfig(ArithConfig):
     turn_tokens: int = Field(24, ge=8)
     """The most tokens of one turn (a call of two 6-digit operands fits in 27)."""
 
-    @field_validator("reward")
+    @field_validator("reward", mode="before")
     @classmethod
-    def _scored_by_the_environment(cls, reward):
+    def _scored_by_the_environment(cls, reward):  # before the functions are imported: none is needed
         if reward is not None:
             raise ValueError("the calculator's episodes are scored by its environment (the chain's answer); "
                              "task.reward does not apply to them")
