@@ -124,10 +124,9 @@ def sample_episodes(backend: GenerationBackend, env: Environment, problems: Sequ
             if outcome.done:
                 episodes.rewards[r], episodes.truncated[r] = outcome.reward or 0.0, False
                 continue
-            observation = backend.tokenizer(outcome.observation, add_special_tokens=False)["input_ids"]
             room = budget_tokens - len(episodes.tokens[r])
-            _append(episodes, r, observation[:room], -1, [0.0] * min(room, len(observation)),
-                    [0.0] * min(room, len(observation)))
+            observation = backend.tokenizer(outcome.observation, add_special_tokens=False)["input_ids"][:room]
+            _append(episodes, r, observation, -1, [0.0] * len(observation), [0.0] * len(observation))
             still.append(r)
         running = still
     return episodes
