@@ -26,7 +26,7 @@ The boundary (isolation "bwrap", the default; see docs/security.md), from the ou
   `HOME` and `TMPDIR`, is a fresh tmpfs of `file_mb` MiB, the only writable place;
 - each call's child loads a seccomp filter (libseccomp, through `pyseccomp`) that kills it on any attempt
   to create a process, run a program, signal or trace another process, open a socket or change the mounts
-  (`sandbox_worker.REFUSED_SYSCALLS`), with `RLIMIT_CPU` (the call's bound, rounded up), `RLIMIT_NOFILE`,
+  (`sandbox_worker.REFUSED_SYSCALLS`), with `RLIMIT_CPU` (the call's bound, rounded up, plus a second), `RLIMIT_NOFILE`,
   `RLIMIT_NPROC` and the worker's `RLIMIT_AS` (`memory_mb`, the whole process) and `RLIMIT_FSIZE`
   (`file_mb`); an audit hook names refused operations;
 - where the machine offers one, the worker and its children run in a memory cgroup of their own

@@ -14,7 +14,8 @@ died or stopped it).
 
 Each request is `(request_id, function, [args, ...], timeout_s)`. For each args tuple the worker forks a
 child, which closes the worker's socket, asks to die with the worker, lowers `RLIMIT_CPU` (`timeout_s`
-rounded up; the hard limit one second later), `RLIMIT_NOFILE` and `RLIMIT_NPROC`, loads the seccomp filter
+rounded up, plus one second: a backstop behind the worker's wall-clock bound, never ahead of it, since the
+kernel charges CPU time by the tick; the hard limit one second later), `RLIMIT_NOFILE` and `RLIMIT_NPROC`, loads the seccomp filter
 (`REFUSED_SYSCALLS` and new processes kill it with SIGSYS), installs an audit hook (see `_audit`), runs the
 call and writes its JSON reply to a pipe (the child's only channel: it holds no socket). The worker reads at most `MAX_REPLY_BYTES` of it, kills the child
 when the reply is too long or `timeout_s` has passed, reaps it, empties the scratch directory and sends one
@@ -312,7 +313,7 @@ def _send(conn: Connection, message: list) -> None:
 def _call(function, args: tuple, timeout_s: float, syscall_filter, scratch: str) -> list:
     """Confine this child, then `function(*args)`: the reply `[kind, detail]`."""
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the worker is single-threaded: this fires when it exits
-    cpu_s = math.ceil(timeout_s)
+    cpu_s = math.ceil(timeout_s) + 1  # behind the worker's deadline: CPU time is charged by the tick
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
     resource.setrlimit(resource.RLIMIT_NOFILE, (MAX_FILES, MAX_FILES))
     resource.setrlimit(resource.RLIMIT_NPROC, (MAX_TASKS, MAX_TASKS))
