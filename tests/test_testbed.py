@@ -13,8 +13,10 @@ from credo.rollout.revise import TESTBED_REVISE_PROMPT, TESTBED_REVISE_REWRITE, 
 from credo.rollout.thoughts import ThoughtRules, episode, token_pieces
 from credo.tasks.arith import ArithConfig, ArithTask, solution
 from credo.testbed import (
+    AgentJob,
     LocalisationJob,
     RevisionJob,
+    SFTExample,
     TestbedConfig,
     TestbedModel,
     build_tokenizer,
@@ -25,6 +27,7 @@ from credo.testbed import (
     revision_example,
     sft_batches,
     sft_examples,
+    sft_tokenizer,
 )
 
 
@@ -79,7 +82,7 @@ def test_job_shares(job, marker, share):
     config = TestbedConfig(**{job: jobs[job]})
     tok = build_tokenizer()
     examples = sft_examples(config, ArithTask(config.task), tok, random.Random(0), 400)
-    found = sum(marker in tok.decode(p) for p, _ in examples) / 400
+    found = sum(marker in tok.decode(e.prompt) for e in examples) / 400
     assert abs(found - share) < 4.5 * (share * (1 - share) / 400) ** 0.5 + 1e-9
 
 
@@ -164,11 +167,16 @@ def test_least_padding_cuts_match_brute_force(seed):
 
 def test_sft_batches_keep_every_example_once():
     rng = random.Random(0)
-    examples = [([1] * rng.randint(1, 30), [2] * rng.randint(1, 90)) for _ in range(50)]
+    examples = []
+    for _ in range(50):
+        response = [2] * rng.randint(1, 90)
+        examples.append(SFTExample([1] * rng.randint(1, 30), response, [rng.random() < 0.7 for _ in response]))
     batches = sft_batches(examples, 4, pad=0)
     assert len(batches) <= 4 and sum(b["input_ids"].shape[0] for b in batches) == 50
-    assert sum(int((b["labels"] != -100).sum()) for b in batches) == sum(len(a) for _, a in examples)
-    assert sum(int(b["attention_mask"].sum()) for b in batches) == sum(len(p) + len(a) for p, a in examples)
+    # labels on the trained response tokens only (a calculator's observations carry none)
+    assert sum(int((b["labels"] != -100).sum()) for b in batches) == sum(sum(e.trained) for e in examples)
+    assert sum(int(b["attention_mask"].sum()) for b in batches) == sum(len(e.prompt) + len(e.response)
+                                                                       for e in examples)
 
 
 def test_worked_sft_examples_are_worked_and_the_long_regime_shows_attempts_as_it_learned():
@@ -185,7 +193,7 @@ def test_worked_sft_examples_are_worked_and_the_long_regime_shows_attempts_as_it
     task = ArithTask(config.task)
     tokenizer = build_tokenizer()
     examples = sft_examples(config, task, tokenizer, random.Random(0), 300)
-    texts = [(tokenizer.decode(p), tokenizer.decode(a)) for p, a in examples]
+    texts = [(tokenizer.decode(e.prompt), tokenizer.decode(e.response)) for e in examples]
     revisions = [(p, a) for p, a in texts if "revise? " in p]
     localisations = [(p, a) for p, a in texts if "first wrong step? " in p]
     assert revisions and localisations
@@ -259,3 +267,66 @@ def test_fewer_key_value_heads_make_a_grouped_query_model_with_a_smaller_cache()
     assert TestbedConfig().digest() == TestbedConfig(model={"num_kv_heads": None}).digest()  # shipped names kept
     with pytest.raises(ValueError, match="must divide num_heads"):
         TestbedModel(num_kv_heads=3)
+
+
+def _agent_config(**job) -> TestbedConfig:
+    keyed = {"misconceptions": {}, "p_slip": 0.0, "offsets_may_cancel": False, "keyed": {"count": 100}}
+    return TestbedConfig(task=ArithConfig(min_steps=1, max_steps=6, decision_rate=0.7, noise=keyed),
+                         localisation=LocalisationJob(share=0), revision=RevisionJob(share=0),
+                         agent=AgentJob(**{"share": 1.0, **job}))
+
+
+def test_agent_examples_are_the_episodes_the_sampler_builds_with_observations_untrained():
+    """An agent SFT example is the token sequence `credo.rollout.episodes` builds for the same turns (each turn and
+    observation tokenised alone, appended in order), its labels on the policy's turns and the end token only, and
+    the calculator's rules replay it to the transcript's own observations."""
+    from credo.tasks.calculator import CALL_WORDS, start_state
+    from credo.tasks.environment import rules_in_process
+
+    config = _agent_config()
+    tok = sft_tokenizer(config)
+    assert all(len(tok(w, add_special_tokens=False)["input_ids"]) == 1 for w in CALL_WORDS)
+    assert tok("7+", add_special_tokens=False)["input_ids"] == build_tokenizer()("7+", add_special_tokens=False)[
+        "input_ids"]  # the other ids are every testbed model's
+    task = ArithTask(config.task)
+    rules = rules_in_process("calculator_env")
+    examples = sft_examples(config, task, tok, random.Random(5), 60)
+    for example in examples:
+        assert tok.decode(example.prompt).startswith("<|user|>calc ")
+        text = tok.decode(example.response)
+        assert text.endswith("<|end|>") and "\\boxed{" in text
+        trained = tok.decode([t for t, keep in zip(example.response, example.trained) if keep])
+        untrained = tok.decode([t for t, keep in zip(example.response, example.trained) if not keep])
+        assert "<obs>" not in trained and untrained.startswith("<obs>") and untrained.count("<obs>") == text.count(
+            "<obs>")
+    # replay one transcript through the calculator: every observation is the rules' answer to the turn before it
+    rng = random.Random(7)
+    chain = task.random_chain(rng, 5)
+    from credo.testbed import agent_example
+
+    _, pieces = agent_example(config.agent, task, chain, rng)
+    state = start_state(task.problem(chain))
+    for turn, observation in zip(pieces[::2], pieces[1::2] + [""]):
+        reply = rules.step(state, turn)
+        assert reply["observation"] == observation
+        state = reply["state"]
+    assert reply["done"] and reply["kind"] == "answer"
+
+
+def test_an_agent_job_changes_no_other_models_name():
+    """The agent job is an option added later: at its default (share 0) every model keeps its name and tokenizer."""
+    assert TestbedConfig().digest() == TestbedConfig(agent=AgentJob()).digest()
+    assert TestbedConfig().digest() != TestbedConfig(agent=AgentJob(share=0.5)).digest()
+    assert len(sft_tokenizer(TestbedConfig())) == len(build_tokenizer())
+
+
+@pytest.mark.parametrize("p_check", [0.0, 1.0])
+def test_agent_transcripts_check_as_often_as_asked(p_check):
+    config = _agent_config(p_check=p_check)
+    tok = sft_tokenizer(config)
+    examples = sft_examples(config, ArithTask(config.task), tok, random.Random(1), 40)
+    texts = [tok.decode(e.response) for e in examples]
+    calls = sum(t.count("<call>") - t.count("<call>check") - t.count("<call>undo") for t in texts)
+    checks = sum(t.count("<call>check") for t in texts)
+    # every call is checked, but where a check would leave no turn for the answer (the transcript's turn limit)
+    assert checks == 0 if p_check == 0 else calls - len(texts) <= checks <= calls

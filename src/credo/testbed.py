@@ -8,8 +8,12 @@ steps RL can fix. The result is a standard Hugging Face model directory (`from_p
 cached under `$CREDO_CACHE/testbed/<hash of the config>` and written atomically; building is
 deterministic for a given config and machine.
 
-Shipped models. The models of the default config, of the hard, no-cancel and long-horizon regimes and of the headroom
-study's regime (k100-n8-p06) ship with the
+The agent testbed's model (`AgentJob`, configs/testbed/agent/) learns the calculator's episodes
+(`credo.tasks.calculator`) instead: the policy's calls, checks, undos and answer, with the calculator's observations
+between them as context it is never trained to write (their tokens carry no SFT label, as they carry no RL loss).
+
+Shipped models. The models of the default config, of the hard, no-cancel and long-horizon regimes, of the headroom
+study's regime (k100-n8-p06) and of the agent testbed ship with the
 package (`credo/testbed_models/<hash>/`, listed with each file's SHA-256 in `manifest.json`): `build_testbed`
 copies a shipped model into the cache after checking every file's hash, so a first run trains at once and every
 machine starts from the same weights (an SFT on another CPU lands on other weights: float kernels differ).
@@ -29,7 +33,7 @@ import string
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import torch
 from pydantic import Field, model_validator
@@ -53,6 +57,7 @@ from credo.tasks.arith import (
     noisy_values,
 )
 from credo.tasks.base import THOUGHT_END
+from credo.tasks.calculator import CALL_WORDS, calculator_prompt, noisy_transcript
 from credo.tasks.chat import SHIPPED_TEMPLATES
 
 USER, ASSISTANT, END, PAD, UNK = "<|user|>", "<|assistant|>", "<|end|>", "<pad>", "<unk>"
@@ -137,6 +142,33 @@ class RevisionJob(Section):
     """Probability that the reviser copies the reference's right steps (else it computes them)."""
 
 
+class AgentJob(Section):
+    """SFT examples of the calculator's episodes (`credo.tasks.calculator`): a noisy solver's transcript
+    (`noisy_transcript`: a call per step, written from the value the calculator last returned and misread where the
+    noise model errs; after a call a check with probability `p_check`, and after a check that says "no" an undo
+    with probability `p_undo` and the call again; then the answer), with the calculator's observations between the
+    turns as context that carries no label. A model with this job gets the calculator's markers (`CALL_WORDS`) as
+    single tokens, so that a call and its observation cost a few tokens each."""
+
+    share: float = Field(0.0, ge=0.0, le=1.0)
+    """Share of SFT examples that are calculator episodes (0 disables the job; 1: nothing else)."""
+    p_check: float = Field(0.3, ge=0.0, le=1.0)
+    """Probability of a check after each call."""
+    p_undo: float = Field(0.7, ge=0.0, le=1.0)
+    """Probability of an undo (and the call again) after a check that says "no"."""
+    max_turns: int = Field(24, ge=2)
+    """The transcripts' turn limit (the answer always fits: the solver answers when one turn is left)."""
+
+
+class SFTExample(NamedTuple):
+    """One SFT example as token ids: the chat prompt, the response (ending with the end token), and which response
+    tokens are trained (False on a calculator's observations: context the model reads but never writes)."""
+
+    prompt: list[int]
+    response: list[int]
+    trained: list[bool]
+
+
 class TestbedConfig(Section):
     """Everything that determines the testbed model (its hash names the cache entry)."""
 
@@ -148,6 +180,8 @@ class TestbedConfig(Section):
     """SFT examples of SRPO's self-localisation job."""
     revision: RevisionJob = RevisionJob()
     """SFT examples of IBPO's revision job."""
+    agent: AgentJob = AgentJob()
+    """SFT examples of the calculator's episodes (the agent testbed)."""
     steps: int = Field(850, ge=1)
     """SFT optimiser steps."""
     batch_size: int = Field(128, ge=1)
@@ -167,7 +201,7 @@ class TestbedConfig(Section):
         exclude: dict = {}
         for section, options in ADDED_LATER.items():
             for dotted, default in options.items():
-                *parents, key = [section, *dotted.split(".")]
+                *parents, key = [*([section] if section else []), *dotted.split(".")]
                 owner = functools.reduce(getattr, parents, self)
                 if getattr(owner, key) == default:
                     functools.reduce(lambda level, name: level.setdefault(name, {}), parents, exclude)[key] = True
@@ -178,20 +212,23 @@ ADDED_LATER: dict[str, dict[str, object]] = {
     "task": {"max_misconception_steps": None, "invertible_steps": False, "worked": False, "p_check": 0.0,
              "decision_rate": None, "noise.keyed": KeyedMisconceptions(), "eval_split": "test"},
     "model": {"attn_implementation": "eager", "num_kv_heads": None},
+    "": {"agent": AgentJob()},
 }
 """Options added to the config after `TESTBED_FORMAT` was set, with their defaults: at the default, an option is
 the SFT that existed before it, so `digest` leaves it out. A new option of the SFT's config belongs here (with
-its default; a nested option by its dotted path, `noise.keyed`), or else every model's cache name and shipped folder
+its default; a nested option by its dotted path, `noise.keyed`; a whole section under ""), or else every model's cache name and shipped folder
 changes; `tests/test_shipped_testbed.py` pins the shipped names."""
 
 
-def build_tokenizer():
-    """A character-level fast tokenizer with the testbed's special tokens and chat template."""
+def build_tokenizer(extra_words: tuple[str, ...] = ()):
+    """A character-level fast tokenizer with the testbed's special tokens and chat template; `extra_words` are
+    further single tokens, after every other (the agent testbed's calculator markers), so that the ids of the rest
+    are those of every testbed model."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     chars = [c for c in string.printable if c not in "\t\r\x0b\x0c"]  # "\n" separates prompt parts
-    vocab = {tok: i for i, tok in enumerate(SPECIAL + WORDS + chars)}
+    vocab = {tok: i for i, tok in enumerate(SPECIAL + WORDS + chars + list(extra_words))}
     core = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
     core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     core.decoder = decoders.Fuse()
@@ -199,7 +236,7 @@ def build_tokenizer():
         tokenizer_object=core, pad_token=PAD, unk_token=UNK, eos_token=END,
         additional_special_tokens=[USER, ASSISTANT],
     )
-    tokenizer.add_tokens(WORDS)
+    tokenizer.add_tokens(WORDS + list(extra_words))
     tokenizer.chat_template = CHAT_TEMPLATE
     return tokenizer
 
@@ -224,31 +261,58 @@ def new_model(config: TestbedModel, tokenizer):
     return LlamaForCausalLM(llama)
 
 
+def sft_tokenizer(config: TestbedConfig):
+    """The tokenizer of the model `config` builds: `build_tokenizer`'s, with the calculator's markers where the
+    SFT has calculator episodes."""
+    return build_tokenizer(CALL_WORDS if config.agent.share > 0 else ())
+
+
 def sft_examples(config: TestbedConfig, task: ArithTask, tokenizer, rng: random.Random,
-                 size: int) -> list[tuple[list[int], list[int]]]:
-    """`size` SFT examples as (prompt ids, response ids + end token): noisy solution traces of chain
-    lengths drawn per example, a `localisation.share` of localisation examples and a `revision.share` of
-    revision examples.
+                 size: int) -> list[SFTExample]:
+    """`size` SFT examples: noisy solution traces of chain lengths drawn per example, a `localisation.share` of
+    localisation examples, a `revision.share` of revision examples and an `agent.share` of calculator episodes
+    (`agent_example`).
 
     Every batch mixes all chain lengths: batches of one length each (cheaper to pad) trained far worse
     (greedy 4% vs 30% on 2-step chains after 400 steps), so lengths are mixed and `sft_batches` (below)
     cuts the padding instead.
     """
     prompt_texts, responses = [], []
+    jobs = config.localisation.share, config.localisation.share + config.revision.share
     for _ in range(size):
         chain = task.random_chain(rng, rng.randint(task.config.min_steps, task.config.max_steps))
         job = rng.random()
-        if job < config.localisation.share:
+        if job < jobs[0]:
             prompt, answer = localisation_example(config.localisation, task, failable(task, chain, rng), rng)
-        elif job < config.localisation.share + config.revision.share:
+        elif job < jobs[1]:
             prompt, answer = revision_example(config.revision, task, failable(task, chain, rng), rng)
+        elif job < jobs[1] + config.agent.share:
+            prompt, answer = agent_example(config.agent, task, chain, rng)
         else:
-            prompt, answer = chain.prompt, task.write(chain, noisy_values(chain, task.config.noise, rng), rng)
+            prompt, answer = chain.prompt, [task.write(chain, noisy_values(chain, task.config.noise, rng), rng)]
         prompt_texts.append(chat_prompt(tokenizer, prompt))
-        responses.append(answer + END)
+        responses.append(answer if isinstance(answer, list) else [answer])
     prompts = tokenizer(prompt_texts, add_special_tokens=False)["input_ids"]
-    answers = tokenizer(responses, add_special_tokens=False)["input_ids"]
-    return list(zip(prompts, answers))
+    return [SFTExample(prompt, *_response_ids(tokenizer, pieces)) for prompt, pieces in zip(prompts, responses)]
+
+
+def _response_ids(tokenizer, pieces: list[str]) -> tuple[list[int], list[bool]]:
+    """A response's token ids from its pieces, tokenised one by one as the episode sampler appends them (the
+    policy's turns at even positions, trained; observations at odd ones, not), and the end token."""
+    ids, trained = [], []
+    for i, piece in enumerate(tokenizer(pieces + [END], add_special_tokens=False)["input_ids"]):
+        ids += piece
+        trained += [i % 2 == 0 or i == len(pieces)] * len(piece)
+    return ids, trained
+
+
+def agent_example(job: AgentJob, task: ArithTask, chain, rng: random.Random) -> tuple[str, list[str]]:
+    """The calculator prompt of `chain` and a noisy solver's episode of it (`noisy_transcript`) as alternating
+    pieces: turn, observation, turn, ..., the answer."""
+    turns, observations = noisy_transcript(task.problem(chain), task.config.noise, rng, p_check=job.p_check,
+                                           p_undo=job.p_undo, max_turns=job.max_turns)
+    pieces = [piece for pair in zip(turns, observations) for piece in pair][:-1]  # the answer has no observation
+    return calculator_prompt(chain.prompt), pieces
 
 
 def localisation_example(job: LocalisationJob, task: ArithTask, chain, rng: random.Random) -> tuple[str, str]:
@@ -309,23 +373,23 @@ def revision_example(job: RevisionJob, task: ArithTask, chain, rng: random.Rando
     return prompt, task.write(chain, revised, rng)
 
 
-def sft_batches(examples: list[tuple[list[int], list[int]]], parts: int, pad: int) -> list[dict[str, torch.Tensor]]:
+def sft_batches(examples: list[SFTExample], parts: int, pad: int) -> list[dict[str, torch.Tensor]]:
     """The SFT examples sorted by length and cut into at most `parts` right-padded micro-batches with the fewest
     padded tokens in all (`least_padding_cuts`), each padded only to its own longest sequence; labels
-    (-100 elsewhere) on the response tokens."""
-    ordered = sorted(examples, key=lambda e: len(e[0]) + len(e[1]))
-    bounds = least_padding_cuts([len(p) + len(a) for p, a in ordered], parts)
+    (-100 elsewhere) on the trained response tokens."""
+    ordered = sorted(examples, key=lambda e: len(e.prompt) + len(e.response))
+    bounds = least_padding_cuts([len(e.prompt) + len(e.response) for e in ordered], parts)
     out = []
     for start, stop in zip([0] + bounds[:-1], bounds):
         chunk = ordered[start:stop]
-        width = max(len(p) + len(a) for p, a in chunk)
+        width = max(len(e.prompt) + len(e.response) for e in chunk)
         ids = torch.full((len(chunk), width), pad)
         labels = torch.full((len(chunk), width), -100)
         mask = torch.zeros(len(chunk), width, dtype=torch.long)
-        for row, (p, a) in enumerate(chunk):
+        for row, (p, a, trained) in enumerate(chunk):
             n = len(p) + len(a)
             ids[row, :n] = torch.tensor(p + a)
-            labels[row, len(p) : n] = torch.tensor(a)
+            labels[row, len(p) : n] = torch.where(torch.tensor(trained), torch.tensor(a), -100)
             mask[row, :n] = 1
         out.append({"input_ids": ids, "attention_mask": mask, "labels": labels})
     return out
@@ -448,7 +512,7 @@ def _build_testbed_locked(config: TestbedConfig, target: Path, shipped: bool, lo
 def _train_testbed(config: TestbedConfig, target: Path, log: Callable[[str], None]) -> None:
     torch.manual_seed(config.seed)
     rng = random.Random(config.seed)
-    tokenizer = build_tokenizer()
+    tokenizer = sft_tokenizer(config)
     model = new_model(config.model, tokenizer)
     task = ArithTask(config.task)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)

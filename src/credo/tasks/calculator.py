@@ -22,6 +22,15 @@ from credo.tasks.environment import SandboxedEnvironment, rules_in_process
 
 TURN_END = "</call>"
 """The marker that ends a call turn (an answer turn ends at the end token)."""
+CALL_WORDS = ("<call>", TURN_END, "<obs>", "</obs>")
+"""The calculator's markers (single tokens of the agent testbed's tokenizer, `credo.testbed.AgentJob`)."""
+PROMPT_PREFIX = "calc "
+"""What marks a chain as one to solve through the calculator (one testbed model could learn both forms)."""
+
+
+def calculator_prompt(chain_prompt: str) -> str:
+    """The calculator episode's prompt for an arithmetic chain's prompt."""
+    return PROMPT_PREFIX + chain_prompt
 
 
 class CalculatorEnvironment(SandboxedEnvironment):
@@ -66,8 +75,8 @@ class CalculatorConfig(ArithConfig):
 class CalculatorTask(ArithTask):
     """The arithmetic chain solved through the calculator (`CalculatorEnvironment`): each response is an episode of
     calls, checks and undos and the answer, scored by the environment, each call judged by the per-turn checker
-    (`checks_steps`: an episode's wrong turns are its wrong steps). Prompts are the chain's prefixed with "calc ",
-    so that one testbed model can learn both forms."""
+    (`checks_steps`: an episode's wrong turns are its wrong steps). Prompts are the chain's prefixed with
+    `PROMPT_PREFIX`."""
 
     name = "calculator"
     Config = CalculatorConfig
@@ -78,7 +87,7 @@ class CalculatorTask(ArithTask):
 
     def problem(self, chain: Chain) -> Problem:
         single = super().problem(chain)
-        return dataclasses.replace(single, prompt=f"calc {single.prompt}")
+        return dataclasses.replace(single, prompt=calculator_prompt(single.prompt))
 
 
 def noisy_call(op: str, a: int, b: int, noise: Noise, rng: random.Random) -> str:

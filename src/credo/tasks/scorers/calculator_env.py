@@ -1,4 +1,4 @@
-"""The calculator environment's turns, read in a sandbox worker (`credo.tasks.agent_arith`): an arithmetic chain
+"""The calculator environment's turns, read in a sandbox worker (`credo.tasks.calculator`): an arithmetic chain
 solved through a calculator the policy must call with the right operation and operands.
 
 Turns (the testbed's compact form; a turn ends at `</call>`, an answer at the end token):
