@@ -216,9 +216,8 @@ ADDED_LATER: dict[str, dict[str, object]] = {
 }
 """Options added to the config after `TESTBED_FORMAT` was set, with their defaults: at the default, an option is
 the SFT that existed before it, so `digest` leaves it out. A new option of the SFT's config belongs here (with
-its default; a nested option by its dotted path, `noise.keyed`; a whole section under ""),
-or else every model's cache name and shipped folder
-changes; `tests/test_shipped_testbed.py` pins the shipped names."""
+its default; a nested option by its dotted path, `noise.keyed`; a whole section under ""), or else every
+model's cache name and shipped folder changes; `tests/test_shipped_testbed.py` pins the shipped names."""
 
 
 def build_tokenizer(extra_words: tuple[str, ...] = ()):
