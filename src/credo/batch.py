@@ -40,6 +40,8 @@ FIELD_SOURCES: dict[str, str] = {
     "blame_start": "a task's step checker: the first wrong step of every failure",
     "thought_ids": "a task's step checker: the thought of every response token",
     "thought_wrong": "a task's step checker: every wrong thought of every response",
+    "turn_anchor": "a task's environment: the state each turn of an episode was taken from",
+    "turn_reward": "a task's environment: the reward it gave each turn of an episode",
     "loss_mask": "a credit estimator's trained tokens",
     "trace_mask": "a credit estimator's trace selection",
     "advantages": "a credit estimator's per-token advantages",
@@ -113,9 +115,9 @@ def declare_recorded(sampler: str, fields: Mapping[str, RecordedField]) -> None:
 
 
 # Fields by role; used for validation and for selecting rows (mini-batches).
-_TOKEN_FLOAT = ("old_logp", "entropy", "sum_pi_squared", "ref_logp", "advantages")
+_TOKEN_FLOAT = ("old_logp", "entropy", "sum_pi_squared", "ref_logp", "advantages", "turn_reward")
 _TOKEN_BOOL = ("response_mask", "loss_mask", "trace_mask", "thought_wrong")
-_TOKEN_INT = ("thought_ids",)
+_TOKEN_INT = ("thought_ids", "turn_anchor")
 _ROW_FLOAT = ("rewards",)
 _PROMPT = ("prompt_ids", "prompt_mask")
 
@@ -153,6 +155,13 @@ class _Fields:
     thought_wrong: Tensor | None = None
     """(B, T) bool subset of `response_mask`: the tokens of every thought the task's step checker judges wrong,
     whatever the outcome (a failure's right thoughts are False, a lucky success's wrong ones True)."""
+    turn_anchor: Tensor | None = None
+    """(B, T) int64: in a multi-turn episode (whose turns are its `thought_ids`), the key of the environment state
+    each token's turn was taken from (within a group, equal numbers: the same state, GiGPO's anchor state), -1 off
+    the response; an observation takes the turn it answers."""
+    turn_reward: Tensor | None = None
+    """(B, T) float: in a multi-turn episode, the reward the environment gave each token's turn (0 where it gave
+    none; an observation takes the turn it answers)."""
     advantages: Tensor | None = None
     """(B, T) float: per-token advantages, written by a credit estimator (zero off `loss_mask`)."""
     trace_mask: Tensor | None = None
@@ -311,6 +320,11 @@ def _validate(batch: RolloutBatch) -> None:
         bad, must = thought_ids_rule(batch.thought_ids, response)
         if bad.any():
             _fail("thought_ids", f"{must}: {_first_position(bad)}")
+    if batch.turn_anchor is not None:
+        anchor = batch.turn_anchor
+        bad = torch.where(response, anchor < 0, anchor != -1)
+        if bad.any():
+            _fail("turn_anchor", f"must be >= 0 on response tokens and -1 off them: {_first_position(bad)}")
     if (batch.thought_ids is None) != (batch.thought_wrong is None):
         _fail("thought_wrong", "thought_ids and thought_wrong come together (both or neither)")
     if batch.blame_start is not None:

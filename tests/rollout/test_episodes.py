@@ -134,6 +134,30 @@ def test_episodes_become_a_batch_whose_per_decision_oracle_credits_each_turn_by_
 
 
 
+def test_each_turn_carries_the_anchor_state_it_was_taken_from():
+    """GiGPO's anchor states: a turn's `turn_anchor` numbers the calculator as the policy met it (steps taken and the
+    value shown), so the two episodes of one problem share an anchor turn for turn, an undo returns to the anchor of
+    the call it took back, and no state of one problem shares a number with another problem's."""
+    from credo.batch import RolloutBatch
+
+    backend, out = episodes()
+    assert out.anchors[0] == ["0:12", "1:17", "2:8"] and out.anchors[0] == out.anchors[1]
+    assert out.anchors[2] == ["0:30", "1:32", "1:32", "0:30", "1:31"]  # the undo takes the calculator back
+    completions = out.completions(backend.tokenizer.pad_token_id)
+    fields = out.token_fields(completions.response_ids.shape[1])
+    batch = RolloutBatch(response_ids=completions.response_ids, response_mask=completions.response_mask,
+                         group_id=torch.tensor([0, 0, 1, 1, 2, 2]), rewards=torch.tensor(out.rewards),
+                         old_logp=torch.zeros(completions.response_ids.shape), **fields)
+    anchor, turns = batch.turn_anchor, batch.thought_ids
+    numbers = {key: n for n, key in enumerate(dict.fromkeys(key for row in out.anchors for key in row))}
+    for row in range(6):  # every token of a turn (its observation too) carries its turn's anchor
+        keys = [anchor[row][batch.response_mask[row] & (turns[row] == t)].unique().tolist()
+                for t in range(len(out.anchors[row]))]
+        assert keys == [[numbers[key]] for key in out.anchors[row]]
+    assert (anchor[~batch.response_mask] == -1).all()
+    assert (batch.turn_reward == 0).all()  # the calculator gives no turn rewards
+
+
 class CalculatorChains(Task):
     """A task whose responses are calculator episodes: the problems of the scripts, in turn."""
 
@@ -171,7 +195,8 @@ def test_a_task_with_an_environment_trains_and_evaluates_on_episodes():
     assert observations.any() and batch.blame_start.tolist() == [-1, -1, 0, 0, 0, 0]
     # dynamic sampling's merge keeps each row's fields, re-padded
     merged = _merge([(rollout, 4), (rollout, 0)], 2, backend.tokenizer.pad_token_id)
-    assert set(merged.checks) == {"loss_mask", "thought_ids", "thought_wrong", "blame_start"}
+    assert set(merged.checks) == {"loss_mask", "thought_ids", "thought_wrong", "blame_start", "turn_anchor",
+                                  "turn_reward"}
     for name, value in merged.checks.items():
         assert torch.equal(value[:2], rollout.checks[name][4:6, : value.shape[-1]] if value.dim() == 2
                            else rollout.checks[name][4:6]), name

@@ -46,6 +46,8 @@ class Episodes:
     """Each episode's turns as the policy wrote them (special tokens dropped), in order."""
     outcomes: list[list[TurnOutcome]] = field(default_factory=list)
     """Each episode's turns' outcomes, one per turn."""
+    anchors: list[list[str]] = field(default_factory=list)
+    """Each episode's turns' anchor states: the key (`Environment.anchor`) of the state each turn was taken from."""
     rewards: list[float] = field(default_factory=list)
     """Each episode's reward: the environment's on its last turn, 0 for an episode it did not end."""
     truncated: list[bool] = field(default_factory=list)
@@ -76,8 +78,10 @@ class Episodes:
         """(B, width) per-token fields of a batch: `loss_mask` (the policy's tokens: observations get no gradient),
         `thought_ids` (each token's turn, an observation taking the turn before it, -1 off the sequence: non-
         decreasing, as the step checker's thoughts are) and `thought_wrong` (the tokens of the turns the checker
-        judged wrong), so that the per-decision oracle credits each turn by its own correctness; and (B,)
-        `blame_start`, the first token of each episode's first wrong turn (-1: none), for first-error blame."""
+        judged wrong), so that the per-decision oracle credits each turn by its own correctness; (B,)
+        `blame_start`, the first token of each episode's first wrong turn (-1: none), for first-error blame; and
+        the turn-level methods' `turn_anchor` (each token's turn's anchor state, numbered in order of first
+        appearance over the batch) and `turn_reward` (the environment's reward for each token's turn, 0: none)."""
         turn_of = [list(row) for row in self.turns]
         for row in turn_of:  # an observation belongs to the turn it answers (every sequence starts with a turn)
             for i in range(1, len(row)):
@@ -85,11 +89,18 @@ class Episodes:
                     row[i] = row[i - 1]
         wrong = [[turn >= 0 and outcomes[turn].correct is False for turn in row]
                  for row, outcomes in zip(turn_of, self.outcomes, strict=True)]
+        keys: dict[str, int] = {}
+        anchor = [[keys.setdefault(anchors[turn], len(keys)) for turn in row]
+                  for row, anchors in zip(turn_of, self.anchors, strict=True)]
+        reward = [[outcomes[turn].turn_reward or 0.0 for turn in row]
+                  for row, outcomes in zip(turn_of, self.outcomes, strict=True)]
         policy = per_token(self.policy, width, False, torch.bool)
         wrong_tokens = per_token(wrong, width, False, torch.bool) & policy
         first = [row.index(True) if True in row else -1 for row in wrong_tokens.tolist()]
         return {"loss_mask": policy, "thought_ids": per_token(turn_of, width, -1, torch.long),
-                "thought_wrong": wrong_tokens, "blame_start": torch.tensor(first, dtype=torch.long)}
+                "thought_wrong": wrong_tokens, "blame_start": torch.tensor(first, dtype=torch.long),
+                "turn_anchor": per_token(anchor, width, -1, torch.long),
+                "turn_reward": per_token(reward, width, 0.0, torch.float32)}
 
 
 def sample_episodes(backend: GenerationBackend, env: Environment, problems: Sequence[Problem],
@@ -103,7 +114,7 @@ def sample_episodes(backend: GenerationBackend, env: Environment, problems: Sequ
     rows = len(problems) * repeat
     episodes = Episodes(prompts=[list(p) for p in prompts for _ in range(repeat)],
                         **{name: [[] for _ in range(rows)] for name in
-                           ("tokens", "policy", "turns", "probs", "entropies", "texts", "outcomes")},
+                           ("tokens", "policy", "turns", "probs", "entropies", "texts", "outcomes", "anchors")},
                         rewards=[0.0] * rows, truncated=[True] * rows)
     states: list[dict[str, Any]] = [env.reset(problem) for problem in problems for _ in range(repeat)]
     running = list(range(rows))
@@ -120,6 +131,7 @@ def sample_episodes(backend: GenerationBackend, env: Environment, problems: Sequ
             _append(episodes, r, ids, turn, probs, entropies)
             episodes.texts[r].append(text)
             episodes.outcomes[r].append(outcome)
+            episodes.anchors[r].append(env.anchor(states[r]))
             states[r] = dict(outcome.state)
             if outcome.done:
                 episodes.rewards[r], episodes.truncated[r] = outcome.reward or 0.0, False

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import Field, field_validator
@@ -42,6 +43,10 @@ class CalculatorEnvironment(SandboxedEnvironment):
 
     def reset(self, problem: Problem) -> dict[str, Any]:
         return start_state(problem)
+
+    def anchor(self, state: Mapping[str, Any]) -> str:
+        """The calculator as the policy meets it: the steps taken and the value shown (not how it got there)."""
+        return f"{state['taken']}:{state['value']}"
 
 
 def start_state(problem: Problem) -> dict[str, Any]:

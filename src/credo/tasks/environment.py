@@ -21,6 +21,7 @@ reward. A sandboxed step that fails (overruns, dies, hits a limit) ends its epis
 from __future__ import annotations
 
 import importlib.util
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -66,6 +67,11 @@ class Environment(Protocol):
         """A new episode's state (JSON) from the problem, made on the trainer's side from trusted data."""
         ...
 
+    def anchor(self, state: Mapping[str, Any]) -> str:
+        """The key of a state as the policy meets it (GiGPO's anchor state): turns taken from states with one key,
+        in one group, face the same situation (a key leaves out the history that led there)."""
+        ...
+
     def step_batch(self, states: Sequence[Mapping[str, Any]], turns: Sequence[str]) -> list[TurnOutcome]:
         """Each episode's outcome of its next turn (`turns[i]` is the policy's text for `states[i]`)."""
         ...
@@ -92,6 +98,10 @@ class SandboxedEnvironment:
 
     def __post_init__(self) -> None:
         self.sandbox = Sandbox(self.scorer, self.scorer)
+
+    def anchor(self, state: Mapping[str, Any]) -> str:
+        """The whole state as its key (JSON, keys sorted); an environment whose state holds history overrides it."""
+        return json.dumps(state, sort_keys=True)
 
     def step_batch(self, states: Sequence[Mapping[str, Any]], turns: Sequence[str]) -> list[TurnOutcome]:
         outcomes = self.sandbox.call_many("step", [(dict(s), str(t)) for s, t in zip(states, turns, strict=True)],
