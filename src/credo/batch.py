@@ -40,6 +40,7 @@ FIELD_SOURCES: dict[str, str] = {
     "blame_start": "a task's step checker: the first wrong step of every failure",
     "thought_ids": "a task's step checker: the thought of every response token",
     "thought_wrong": "a task's step checker: every wrong thought of every response",
+    "thought_judged": "a task's step checker: every thought it judged, right or wrong (where some decide nothing)",
     "turn_anchor": "a task's environment: the state each turn of an episode was taken from",
     "turn_reward": "a task's environment: the reward it gave each turn of an episode",
     "loss_mask": "a credit estimator's trained tokens",
@@ -116,7 +117,7 @@ def declare_recorded(sampler: str, fields: Mapping[str, RecordedField]) -> None:
 
 # Fields by role; used for validation and for selecting rows (mini-batches).
 _TOKEN_FLOAT = ("old_logp", "entropy", "sum_pi_squared", "ref_logp", "advantages", "turn_reward")
-_TOKEN_BOOL = ("response_mask", "loss_mask", "trace_mask", "thought_wrong")
+_TOKEN_BOOL = ("response_mask", "loss_mask", "trace_mask", "thought_wrong", "thought_judged")
 _TOKEN_INT = ("thought_ids", "turn_anchor")
 _ROW_FLOAT = ("rewards",)
 _PROMPT = ("prompt_ids", "prompt_mask")
@@ -155,6 +156,9 @@ class _Fields:
     thought_wrong: Tensor | None = None
     """(B, T) bool subset of `response_mask`: the tokens of every thought the task's step checker judges wrong,
     whatever the outcome (a failure's right thoughts are False, a lucky success's wrong ones True)."""
+    thought_judged: Tensor | None = None
+    """(B, T) bool subset of `response_mask`: the tokens of every thought the checker judged, right or wrong, where
+    some thoughts decide nothing (an agent's check of its tool's value); None: every thought is judged."""
     turn_anchor: Tensor | None = None
     """(B, T) int64: in a multi-turn episode (whose turns are its `thought_ids`), the key of the environment state
     each token's turn was taken from (within a group, equal numbers: the same state, GiGPO's anchor state), -1 off
@@ -293,7 +297,7 @@ def _validate(batch: RolloutBatch) -> None:
         _fail("response_mask", f"must be left-aligned (True on 0 .. n_b-1 of each row): {_first_position(aligned != response)}")
     for name, value in batch.recorded.items():
         _validate_recorded(name, value, batch.response_mask)
-    for name in ("loss_mask", "trace_mask", "thought_wrong"):
+    for name in ("loss_mask", "trace_mask", "thought_wrong", "thought_judged"):
         mask = getattr(batch, name)
         if mask is not None:
             bad, must = inside_response(mask, response)
@@ -327,6 +331,12 @@ def _validate(batch: RolloutBatch) -> None:
             _fail("turn_anchor", f"must be >= 0 on response tokens and -1 off them: {_first_position(bad)}")
     if (batch.thought_ids is None) != (batch.thought_wrong is None):
         _fail("thought_wrong", "thought_ids and thought_wrong come together (both or neither)")
+    if batch.thought_judged is not None:
+        if batch.thought_ids is None:
+            _fail("thought_judged", "comes with thought_ids and thought_wrong (the checker's thoughts)")
+        unjudged = batch.thought_wrong & ~batch.thought_judged
+        if unjudged.any():
+            _fail("thought_judged", f"must hold every wrong thought: {_first_position(unjudged)}")
     if batch.blame_start is not None:
         start = batch.blame_start
         if ((start < -1) | (start > lengths)).any():

@@ -130,12 +130,14 @@ def test_blame_start_outside_the_response_is_rejected(start):
 
 # ---------------------------------------------------------------------------------------------- per-decision blame
 def loop_decision_advantages(batch, eps=1e-6):
-    """[b][t]: each thought's correctness normalised within (group, thought), one thought at a time."""
+    """[b][t]: each judged thought's correctness normalised within (group, thought), one thought at a time; 0 on a
+    thought not judged."""
     B, T = batch.response_mask.shape
+    judged = batch.response_mask if batch.thought_judged is None else batch.thought_judged
     verdicts = {}  # (row, thought) -> right
     for b in range(B):
         for t in range(T):
-            if batch.response_mask[b, t]:
+            if judged[b, t]:
                 verdicts[b, int(batch.thought_ids[b, t])] = not bool(batch.thought_wrong[b, t])
     advantage = {}
     for (b, j), right in verdicts.items():
@@ -144,7 +146,7 @@ def loop_decision_advantages(batch, eps=1e-6):
         mean = sum(peers) / len(peers)
         std = (sum((x - mean) ** 2 for x in peers) / len(peers)) ** 0.5
         advantage[b, j] = 0.0 if max(peers) == min(peers) else (float(right) - mean) / (std + eps)
-    return [[advantage[b, int(batch.thought_ids[b, t])] if batch.response_mask[b, t] else 0.0 for t in range(T)]
+    return [[advantage[b, int(batch.thought_ids[b, t])] if judged[b, t] else 0.0 for t in range(T)]
             for b in range(B)]
 
 
@@ -154,6 +156,36 @@ def test_decision_advantages_match_loop_reference(seed):
     credited, _ = get_method("oracle_steps").credit(batch)
     assert torch.allclose(credited.advantages.double(), torch.tensor(loop_decision_advantages(batch)).double(),
                           atol=1e-5)
+
+
+def with_unjudged_thoughts(batch: RolloutBatch, seed: int) -> RolloutBatch:
+    """`batch` with about a third of its right thoughts left unjudged (an agent's checks, which decide nothing)."""
+    generator = torch.Generator().manual_seed(seed)
+    unjudged_thought = torch.rand(batch.size, int(batch.thought_ids.max()) + 1, generator=generator) < 0.35
+    unjudged = batch.response_mask & ~batch.thought_wrong & unjudged_thought.gather(1, batch.thought_ids.clamp(min=0))
+    return batch.replace(thought_judged=batch.response_mask & ~unjudged)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_thoughts_that_decide_nothing_join_no_class_and_get_no_credit(seed):
+    """A thought the checker did not judge (an agent's check) gets 0 and leaves its class's statistics to the judged
+    thoughts: the credit equals the loop reference's, and differs from counting those thoughts as right."""
+    batch = with_unjudged_thoughts(random_batch(seed, dtype=torch.float64), seed)
+    credited, _ = get_method("oracle_steps").credit(batch)
+    assert torch.allclose(credited.advantages.double(), torch.tensor(loop_decision_advantages(batch)).double(),
+                          atol=1e-5)
+    unjudged = batch.response_mask & ~batch.thought_judged
+    assert (credited.advantages[unjudged] == 0).all()
+
+
+def test_the_unjudged_thoughts_of_these_batches_would_gain_if_counted_right():
+    """The batches above exercise the rule: counted as right, many of their unjudged thoughts would gain credit."""
+    gained = 0
+    for seed in range(20):
+        batch = with_unjudged_thoughts(random_batch(seed, dtype=torch.float64), seed)
+        as_right, _ = get_method("oracle_steps").credit(batch.replace(thought_judged=None))
+        gained += int((as_right.advantages[batch.response_mask & ~batch.thought_judged] > 0).sum())
+    assert gained > 50
 
 
 @pytest.mark.parametrize("seed", range(20))

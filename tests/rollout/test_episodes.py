@@ -129,6 +129,9 @@ def test_episodes_become_a_batch_whose_per_decision_oracle_credits_each_turn_by_
     adv = decision_advantages(batch.thought_ids, batch.thought_wrong, torch.tensor([0, 0, 0, 0, 1, 1]),
                               batch.response_mask)
     assert adv[0, 0] > 0 and adv[2, 0] < 0  # the wrong first call loses, the right one gains
+    check = (batch.thought_ids[2] == 1) & batch.loss_mask[2]  # the checked episode's turn 1, a check: not judged
+    assert check.any() and not batch.thought_judged[2][check].any() and batch.thought_judged[2][
+        (batch.thought_ids[2] == 2) & batch.loss_mask[2]].all()  # its undo is judged (it took back a wrong call)
     observation = ~batch.loss_mask & batch.response_mask
     assert observation[0].any() and not batch.loss_mask[observation].any()
 
@@ -195,8 +198,8 @@ def test_a_task_with_an_environment_trains_and_evaluates_on_episodes():
     assert observations.any() and batch.blame_start.tolist() == [-1, -1, 0, 0, 0, 0]
     # dynamic sampling's merge keeps each row's fields, re-padded
     merged = _merge([(rollout, 4), (rollout, 0)], 2, backend.tokenizer.pad_token_id)
-    assert set(merged.checks) == {"loss_mask", "thought_ids", "thought_wrong", "blame_start", "turn_anchor",
-                                  "turn_reward"}
+    assert set(merged.checks) == {"loss_mask", "thought_ids", "thought_wrong", "thought_judged", "blame_start",
+                                  "turn_anchor", "turn_reward"}
     for name, value in merged.checks.items():
         assert torch.equal(value[:2], rollout.checks[name][4:6, : value.shape[-1]] if value.dim() == 2
                            else rollout.checks[name][4:6]), name

@@ -11,7 +11,8 @@ thought `j` of the responses to one prompt (group `g`):
 
 so a right thought in a failure gains, a wrong thought in a lucky success loses, and a class whose thoughts all
 agree (every sample right at a near-deterministic step) gets 0, as a group whose rewards agree does under GRPO.
-With one thought per response judged by the outcome it is GRPO exactly.
+With one thought per response judged by the outcome it is GRPO exactly. Where some thoughts decide nothing (an
+agent's turn that checks its tool's value: `thought_judged` leaves them out), they join no class and get 0.
 
 **First-error blame** (`OracleBlameAdvantage`, method `oracle_blame`). On a task whose checker knows each failed
 response's first wrong step (the testbed), GRPO's advantages are kept and a failed response is blamed only from
@@ -89,10 +90,11 @@ class OracleBlameAdvantage(GroupAdvantage):
 
 
 def decision_advantages(thought_ids: Tensor, thought_wrong: Tensor, group_id: Tensor, response_mask: Tensor, *,
-                        scale: str = "std", std_ddof: int = 0, eps: float = 1e-6) -> Tensor:
+                        scale: str = "std", std_ddof: int = 0, eps: float = 1e-6,
+                        thought_judged: Tensor | None = None) -> Tensor:
     """(B, T) per-decision advantages: each thought's correctness `c = not wrong`, group-normalised within its
-    decision class (the rows of one group that reach thought `j`; `group_advantages` with the class as the group),
-    on every token of the thought; 0 off the response.
+    decision class (the rows of one group whose thought `j` was judged; `group_advantages` with the class as the
+    group), on every token of the thought; 0 off the response and on thoughts that were not judged.
 
     Args:
         thought_ids: (B, T) int64, each token's thought (0-based, non-decreasing along a row), -1 off the response.
@@ -102,8 +104,10 @@ def decision_advantages(thought_ids: Tensor, thought_wrong: Tensor, group_id: Te
         scale: as for `group_advantages` ("none": centred only, unnormalised).
         std_ddof: as for `group_advantages`.
         eps: as for `group_advantages`.
+        thought_judged: (B, T) bool, the tokens of the thoughts the checker judged (None: all of them).
     """
-    starts = response_mask & torch.nn.functional.pad(thought_ids[:, 1:] != thought_ids[:, :-1], (1, 0), value=True)
+    judged = response_mask if thought_judged is None else response_mask & thought_judged
+    starts = judged & torch.nn.functional.pad(thought_ids[:, 1:] != thought_ids[:, :-1], (1, 0), value=True)
     rows, positions = starts.nonzero(as_tuple=True)  # one item per (row, thought)
     if rows.numel() == 0:
         return torch.zeros(response_mask.shape, device=response_mask.device)
@@ -115,7 +119,7 @@ def decision_advantages(thought_ids: Tensor, thought_wrong: Tensor, group_id: Te
     item = group_advantages(right, classes, scale=scale, std_ddof=std_ddof, eps=eps)  # (N,)
     table = torch.zeros(response_mask.shape[0], width, device=response_mask.device)  # (B, J)
     table[rows, thoughts] = item
-    return torch.where(response_mask, table.gather(1, thought_ids.clamp(min=0, max=width - 1)), 0.0)
+    return torch.where(judged, table.gather(1, thought_ids.clamp(min=0, max=width - 1)), 0.0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,7 +147,8 @@ class StepOracleAdvantage:
             raise ValueError("oracle_steps needs RolloutBatch.thought_ids and thought_wrong (a task with a step "
                              "checker), but they are None")
         adv = decision_advantages(batch.thought_ids, batch.thought_wrong, batch.group_id, batch.response_mask,
-                                  scale=self.scale, std_ddof=self.std_ddof, eps=self.eps)
+                                  scale=self.scale, std_ddof=self.std_ddof, eps=self.eps,
+                                  thought_judged=batch.thought_judged)
         advantages = adv * batch.loss_mask  # (B, T)
         response = batch.response_mask
         failed = failed_rows(batch).unsqueeze(1) & response  # (B, T)

@@ -77,8 +77,9 @@ class Episodes:
     def token_fields(self, width: int) -> dict[str, Tensor]:
         """(B, width) per-token fields of a batch: `loss_mask` (the policy's tokens: observations get no gradient),
         `thought_ids` (each token's turn, an observation taking the turn before it, -1 off the sequence: non-
-        decreasing, as the step checker's thoughts are) and `thought_wrong` (the tokens of the turns the checker
-        judged wrong), so that the per-decision oracle credits each turn by its own correctness; (B,)
+        decreasing, as the step checker's thoughts are), `thought_wrong` (the tokens of the turns the checker
+        judged wrong) and `thought_judged` (of the turns it judged: not a check, which decides nothing), so that the
+        per-decision oracle credits each turn by its own correctness; (B,)
         `blame_start`, the first token of each episode's first wrong turn (-1: none), for first-error blame; and
         the turn-level methods' `turn_anchor` (each token's turn's anchor state, numbered in order of first
         appearance over the batch) and `turn_reward` (the environment's reward for each token's turn, 0: none)."""
@@ -89,6 +90,8 @@ class Episodes:
                     row[i] = row[i - 1]
         wrong = [[turn >= 0 and outcomes[turn].correct is False for turn in row]
                  for row, outcomes in zip(turn_of, self.outcomes, strict=True)]
+        judged = [[turn >= 0 and outcomes[turn].correct is not None for turn in row]
+                  for row, outcomes in zip(turn_of, self.outcomes, strict=True)]
         keys: dict[str, int] = {}
         anchor = [[keys.setdefault(anchors[turn], len(keys)) for turn in row]
                   for row, anchors in zip(turn_of, self.anchors, strict=True)]
@@ -98,7 +101,8 @@ class Episodes:
         wrong_tokens = per_token(wrong, width, False, torch.bool) & policy
         first = [row.index(True) if True in row else -1 for row in wrong_tokens.tolist()]
         return {"loss_mask": policy, "thought_ids": per_token(turn_of, width, -1, torch.long),
-                "thought_wrong": wrong_tokens, "blame_start": torch.tensor(first, dtype=torch.long),
+                "thought_wrong": wrong_tokens, "thought_judged": per_token(judged, width, False, torch.bool) & policy,
+                "blame_start": torch.tensor(first, dtype=torch.long),
                 "turn_anchor": per_token(anchor, width, -1, torch.long),
                 "turn_reward": per_token(reward, width, 0.0, torch.float32)}
 
