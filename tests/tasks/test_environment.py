@@ -19,9 +19,9 @@ CHAIN = Chain(start=12, steps=(("+", 5), ("-", 9), ("+", 3)))  # 12 -> 17 -> 08 
 PROBLEM = Problem(prompt=CHAIN.prompt, answer="11", difficulty="steps=3", meta={"chain": CHAIN})
 
 
-def play(turns: list[str]) -> list[dict]:
+def play(turns: list[str], call_reward: float = 0.0) -> list[dict]:
     calc = rules_in_process("calculator_env")
-    state = CalculatorEnvironment(max_turns=8).reset(PROBLEM)  # no worker starts before a step
+    state = CalculatorEnvironment(max_turns=8, call_reward=call_reward).reset(PROBLEM)  # no worker starts yet
     out = []
     for turn in turns:
         reply = calc.step(state, turn)
@@ -46,6 +46,18 @@ def test_each_call_is_judged_on_the_value_the_calculator_returned_not_on_the_cha
     # a right final value written after a wrong history is a wrong answer turn that happens to earn the reward
     lucky = play(["<call>12+6</call>", "<call>18-9</call>", "<call>9+3</call>", "\\boxed{11}"])
     assert lucky[-1]["correct"] is False and lucky[-1]["reward"] == 1.0
+
+
+def test_a_call_earns_its_turn_reward_when_the_true_value_shows_in_the_calculator():
+    """MT-GRPO's verifiable turn reward: a call whose result is the chain's true value after the steps taken earns
+    `call_reward`, whatever the call's own verdict (a right call after an earlier error shows a wrong value and earns
+    nothing); other turns, and every turn without `call_reward`, earn no turn reward."""
+    turns = ["<call>12+6</call>", "<call>check</call>", "<call>undo</call>", "<call>12+5</call>", "<call>17-9</call>",
+             "<call>8+4</call>", "<call>12-1</call>", "\\boxed{11}"]
+    replies = play(turns, call_reward=0.5)
+    assert [r.get("turn_reward") for r in replies] == [0.0, None, None, 0.5, 0.5, 0.0, None, None]
+    assert replies[6]["kind"] == "call" and replies[6]["correct"] is False  # a call past the chain's end
+    assert all("turn_reward" not in r for r in play(turns))
 
 
 def test_checks_decide_nothing_and_an_undo_is_right_when_it_takes_back_a_wrong_call():

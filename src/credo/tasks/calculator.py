@@ -38,22 +38,26 @@ class CalculatorEnvironment(SandboxedEnvironment):
     """Episodes of a chain's steps through the calculator; `max_turns` bounds the calls, checks, undos and the
     answer together."""
 
-    def __init__(self, max_turns: int, turn_tokens: int = 24, step_seconds: float = 1.0) -> None:
+    def __init__(self, max_turns: int, turn_tokens: int = 24, step_seconds: float = 1.0,
+                 call_reward: float = 0.0) -> None:
         super().__init__("calculator_env", TURN_END, max_turns, turn_tokens, step_seconds)
+        self.call_reward = call_reward
 
     def reset(self, problem: Problem) -> dict[str, Any]:
-        return start_state(problem)
+        return start_state(problem, self.call_reward)
 
     def anchor(self, state: Mapping[str, Any]) -> str:
         """The calculator as the policy meets it: the steps taken and the value shown (not how it got there)."""
         return f"{state['taken']}:{state['value']}"
 
 
-def start_state(problem: Problem) -> dict[str, Any]:
-    """An episode's state: the chain (`problem.meta["chain"]`), its answer, and the calculator at the start."""
+def start_state(problem: Problem, call_reward: float = 0.0) -> dict[str, Any]:
+    """An episode's state: the chain (`problem.meta["chain"]`), its answer, the calculator at the start, and the
+    turn reward of a call whose result is the chain's true value (0: no turn rewards)."""
     chain: Chain = problem.meta["chain"]
-    return {"start": chain.start, "ops": [[op, b] for op, b in chain.steps], "modulus": MODULUS,
-            "answer": int(problem.answer), "value": chain.start, "taken": 0, "history": []}
+    state = {"start": chain.start, "ops": [[op, b] for op, b in chain.steps], "modulus": MODULUS,
+             "answer": int(problem.answer), "value": chain.start, "taken": 0, "history": []}
+    return {**state, "call_reward": call_reward} if call_reward > 0 else state
 
 
 _RULES = rules_in_process("calculator_env")
@@ -66,6 +70,9 @@ class CalculatorConfig(ArithConfig):
     """The most turns of an episode (calls, checks, undos and the answer); one that reaches it earns 0."""
     turn_tokens: int = Field(24, ge=8)
     """The most tokens of one turn (a call of two 6-digit operands fits in 27)."""
+    call_reward: float = Field(0.0, ge=0.0)
+    """A call's turn reward when the calculator's result is the chain's true value after the steps taken (MT-GRPO's
+    verifiable turn reward: the gold intermediate value in the tool's result); 0: the environment gives none."""
 
     @field_validator("reward", mode="before")
     @classmethod
@@ -88,7 +95,8 @@ class CalculatorTask(ArithTask):
 
     def __init__(self, config: CalculatorConfig | None = None) -> None:
         super().__init__(config or CalculatorConfig())
-        self.environment = CalculatorEnvironment(self.config.max_turns, self.config.turn_tokens)
+        self.environment = CalculatorEnvironment(self.config.max_turns, self.config.turn_tokens,
+                                                 call_reward=self.config.call_reward)
 
     def problem(self, chain: Chain) -> Problem:
         single = super().problem(chain)

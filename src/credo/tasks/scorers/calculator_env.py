@@ -11,6 +11,9 @@ Turns (the testbed's compact form; a turn ends at `</call>`, an answer at the en
   so far, else `<obs>no</obs>`; it decides nothing (`correct` None) and costs a turn;
 - `<call>undo</call>`: takes back the last call (`<obs>v</obs>` with the value before it); right when the call it
   takes back was wrong;
+- a call's turn reward, where the state holds a positive `call_reward`: that reward when the calculator's result is the
+  chain's true value after the steps taken (MT-GRPO's verifiable turn reward: the gold intermediate value shows in the
+  tool's result), else 0 (a call past the chain's end too); no turn reward without it;
 - `\\boxed{v}`: the final answer; the episode ends with reward 1 when `v` is the chain's answer; the turn is right
   when every step was taken and `v` is the calculator's current value (a right answer to a wrong history is the
   history's fault, not the answer's);
@@ -31,8 +34,8 @@ _ANSWER = re.compile(r"\\boxed\{(-?\d{1,%d})\}" % MAX_DIGITS)
 def step(state: dict, turn: str) -> dict:
     """The outcome of one turn (`credo.tasks.environment.TurnOutcome`'s fields) for the episode in `state`:
     `{"start", "ops": [[op, operand], ...], "modulus", "answer", "value", "taken", "history": [[value, right], ...]}`
-    (`taken`: the calls standing, the undone ones taken back; `history`: each standing call's value before it and
-    whether it was right)."""
+    and optionally `"call_reward"` (`taken`: the calls standing, the undone ones taken back; `history`: each standing
+    call's value before it and whether it was right)."""
     state = {**state, "history": [list(h) for h in state["history"]]}
     ops, taken = state["ops"], state["taken"]
     answer = _ANSWER.search(turn)
@@ -60,7 +63,11 @@ def step(state: dict, turn: str) -> dict:
     result = _apply(op, a, b, state["modulus"])
     state["history"].append([state["value"], right])
     state.update(value=result, taken=taken + 1)
-    return {"observation": f"<obs>{result}</obs>", "done": False, "state": state, "kind": "call", "correct": right}
+    reply = {"observation": f"<obs>{result}</obs>", "done": False, "state": state, "kind": "call", "correct": right}
+    if state.get("call_reward", 0) > 0:
+        shows_truth = taken < len(ops) and result == _value_after(state, taken + 1)
+        reply["turn_reward"] = state["call_reward"] if shows_truth else 0.0
+    return reply
 
 
 def _value_after(state: dict, steps: int) -> int:
