@@ -55,7 +55,7 @@ def test_a_call_earns_its_turn_reward_when_the_true_value_shows_in_the_calculato
     turns = ["<call>12+6</call>", "<call>check</call>", "<call>undo</call>", "<call>12+5</call>", "<call>17-9</call>",
              "<call>8+4</call>", "<call>12-1</call>", "\\boxed{11}"]
     replies = play(turns, call_reward=0.5)
-    assert [r.get("turn_reward") for r in replies] == [0.0, None, None, 0.5, 0.5, 0.0, None, None]
+    assert [r.get("turn_reward") for r in replies] == [0.0, None, None, 0.5, 0.5, 0.0, 0.0, None]
     assert replies[6]["kind"] == "call" and replies[6]["correct"] is False  # a call past the chain's end
     assert all("turn_reward" not in r for r in play(turns))
 
