@@ -209,3 +209,85 @@ def test_the_command_prints_the_most_common_error_kinds_and_counts_the_rest(tmp_
     assert result.exit_code == 0, result.output
     assert f"and {12 - FACT_ENTRIES} more" in result.output and "+0@0 0.500" in result.output
     assert "+11@11" not in result.output and len(json.loads(out.read_text())["first_error_kinds"]) == 12
+
+
+class CalculatorAgent:
+    """A generation backend that plays calculator episodes by script: episode `i` of each group of 4 plays
+    `SCRIPTS[i]` ("right": every call right, then the answer; "undone": its first call off by one, a check, an undo,
+    then right; "wrong": its first call off by two, never fixed; "checked": right with a check after every call,
+    its first call written after a space). Later turns read the script from the first call (the rows of a call are
+    the running episodes, which change as episodes end)."""
+
+    SCRIPTS = ("right", "undone", "wrong", "checked")
+
+    def __init__(self) -> None:
+        from credo.tasks.calculator import CALL_WORDS
+        from credo.testbed import build_tokenizer
+
+        self.tokenizer = build_tokenizer(CALL_WORDS)
+
+    def generate(self, prompts, *, max_new_tokens, temperature=1.0, top_p=1.0, greedy=False, repeat=1, stop=None):
+        import re
+
+        import torch
+
+        from credo.rollout.generate import Completions, left_pad, right_pad
+        from credo.testbed import END
+
+        replies = []
+        for row, ids in enumerate(prompts):
+            text = self.tokenizer.decode(ids)
+            chain = chain_of(text.split("<|user|>calc ")[1].split("<|end|>")[0])
+            episode = text.split("<|assistant|>", 1)[1]
+            turns = re.findall(r"<call>(.*?)</call>", episode)
+            values = [int(v) for v in re.findall(r"<obs>(\d+)</obs>", episode)]
+            value = values[-1] if values else chain.start
+            if greedy:
+                script = "right"
+            elif not turns:
+                script = self.SCRIPTS[row % 4]
+            else:
+                off = int(re.match(r"\d+", turns[0]).group()) - chain.start
+                script = {0: "checked" if episode.startswith(" ") else "right", 1: "undone", 2: "wrong"}[off]
+            taken = sum(1 for t in turns if t not in ("check", "undo")) - turns.count("undo")
+            if script == "undone" and turns[-1:] == ["check"] and episode.endswith("<obs>no</obs>"):
+                reply = "<call>undo</call>"
+            elif script in ("undone", "checked") and turns and turns[-1] not in ("check", "undo"):
+                reply = "<call>check</call>" if script == "checked" or len(turns) == 1 else None
+            else:
+                reply = None
+            if reply is None:
+                if taken == len(chain.steps):
+                    reply = f"\\boxed{{{value:02d}}}" + END
+                else:
+                    op, b = chain.steps[taken]
+                    off = {"undone": 1, "wrong": 2}.get(script, 0) if not turns else 0
+                    space = " " if script == "checked" and not turns else ""
+                    reply = f"{space}<call>{value + off}{op}{b}</call>"
+            replies.append(self.tokenizer(reply, add_special_tokens=False)["input_ids"][:max_new_tokens])
+        pad = self.tokenizer.pad_token_id
+        p_ids, p_mask = left_pad(list(prompts), pad)
+        r_ids, r_mask = right_pad(replies, pad)
+        texts = self.tokenizer.batch_decode(replies, skip_special_tokens=True)
+        return Completions(p_ids, p_mask, r_ids, r_mask, texts, torch.zeros(len(prompts), dtype=torch.bool))
+
+
+def test_episode_facts_count_each_kind_of_episode_exactly():
+    """On the calculator, per problem 4 episodes: right, a wrong call undone then right (a recovered success), a wrong
+    call never fixed (a failure with one wrong turn), right with a check after every call."""
+    from credo.tasks.calculator import CalculatorConfig, CalculatorTask
+
+    task = CalculatorTask(CalculatorConfig(min_steps=3, max_steps=3, eval_steps=(3,), eval_per_bucket=4))
+    facts = regime_facts(task, CalculatorAgent(), eval_problems=task.eval_problems(), problems=5, samples=4,
+                         seed=0, temperature=1.0, max_new_tokens=96, batch_responses=8)
+    assert facts["responses"] == 20 and facts["greedy_pass@1"] == 1.0
+    assert facts["sampled_accuracy"] == pytest.approx(3 / 4) and facts["no_success_group_share"] == 0.0
+    # turns: right 3 calls + answer = 4; undone 1 + check + undo + 3 + answer = 7; wrong 3 + answer = 4; checked 7
+    assert facts["turns_per_episode"]["median"] == pytest.approx(5.5) and facts["turns_per_episode"]["max"] == 7
+    assert facts["group_turn_spread"] == 3
+    assert facts["turn_kinds"] == {"call": pytest.approx(13 / 22), "answer": pytest.approx(4 / 22),
+                                   "check": pytest.approx(4 / 22), "undo": pytest.approx(1 / 22)}
+    assert facts["wrong_turns_per_failure"] == 1.0 and facts["recovered_share"] == pytest.approx(1 / 3)
+    # judged turns: the calls, the undo and the answers (checks decide nothing)
+    assert facts["decisions_per_episode"] == pytest.approx((4 + 6 + 4 + 4) / 4)
+    assert facts["truncated_share"] == 0.0

@@ -23,6 +23,15 @@ problems and reads every response with the step checker:
   percentile, longest), `group_length_spread` (the median over groups of the longest minus the shortest response)
   and `decay_span_0.99` (0.99^-(L-1) at the median length L: how much more a lambda-return or trace of decay 0.99
   weighs a response's last token than its first).
+
+On a task with an environment (the agent testbed, `credo.tasks.calculator`) a response is an episode of turns, and
+`episode_facts` reads each turn's outcome instead: the accuracies and `no_success_group_share` as above;
+`turn_kinds` (shares of calls, checks, undos, answers, malformed turns); `turns_per_episode` (median, 10th and 90th
+percentile, longest) and `group_turn_spread` (the median over groups of the most turns minus the fewest: how much
+the turn counts vary within a group, where a per-turn-index baseline is biased); `wrong_turns_per_failure`,
+`recovered_share` (successes that hold a wrong turn: a wrong call taken back by an undo; errors cannot cancel here, so
+no success is lucky), `decisions_per_episode` (turns the per-turn checker judged) and `instances_per_type_per_batch`
+(judged calls per batch over the noise model's decision types); and `episode_tokens` (turns and observations).
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ from collections import Counter
 from itertools import islice
 
 from credo.evaluate import summarise
+from credo.rollout.episodes import sample_episodes
 from credo.rollout.generate import encode_prompts
 from credo.tasks import verify_all
 from credo.tasks.arith import ArithTask
@@ -56,6 +66,10 @@ def regime_facts(task: ArithTask, backend, *, eval_problems, problems: int, samp
     `batch_responses` responses."""
     if not isinstance(task, ArithTask):
         raise ValueError(f"regime facts read arith chains step by step; task {task.name!r} is not the testbed's arith")
+    if task.environment is not None:
+        return episode_facts(task, backend, eval_problems=eval_problems, problems=problems, samples=samples,
+                             seed=seed, temperature=temperature, max_new_tokens=max_new_tokens,
+                             batch_responses=batch_responses)
     train = list(islice(task.train_problems(seed), problems))
     out = backend.generate(encode_prompts(backend.tokenizer, [p.prompt for p in train]),
                            max_new_tokens=max_new_tokens, temperature=temperature, repeat=samples)
@@ -94,4 +108,50 @@ def regime_facts(task: ArithTask, backend, *, eval_problems, problems: int, samp
         "group_length_spread": quantile(spreads, 0.5),
         "decay_span_0.99": 0.99 ** -(quantile(lengths, 0.5) - 1),
         "responses": len(verdicts),
+    }
+
+
+def episode_facts(task: ArithTask, backend, *, eval_problems, problems: int, samples: int, seed: int,
+                  temperature: float, max_new_tokens: int, batch_responses: int = 128) -> dict:
+    """The facts of a regime whose responses are episodes (the module's docstring), from `samples` episodes of each of
+    the first `problems` training problems of the stream `seed` at `temperature`, each at most `max_new_tokens` turn
+    and observation tokens, and one greedy episode per held-out problem."""
+    env = task.environment
+    train = list(islice(task.train_problems(seed), problems))
+    sampled = sample_episodes(backend, env, train, encode_prompts(backend.tokenizer, [p.prompt for p in train]),
+                              repeat=samples, budget_tokens=max_new_tokens, temperature=temperature)
+    greedy = sample_episodes(backend, env, eval_problems, encode_prompts(backend.tokenizer,
+                                                                         [p.prompt for p in eval_problems]),
+                             repeat=1, budget_tokens=max_new_tokens, greedy=True)
+    held_out = summarise([p.difficulty for p in eval_problems], [r > 0 for r in greedy.rewards], None, [1])
+    correct = [r > 0 for r in sampled.rewards]
+    wrong = [sum(o.correct is False for o in outcomes) for outcomes in sampled.outcomes]
+    judged = [sum(o.correct is not None for o in outcomes) for outcomes in sampled.outcomes]
+    turns = [len(outcomes) for outcomes in sampled.outcomes]
+    kinds = Counter(o.kind for outcomes in sampled.outcomes for o in outcomes)
+    solved = [any(correct[i:i + samples]) for i in range(0, len(correct), samples)]
+    spreads = [max(turns[i:i + samples]) - min(turns[i:i + samples]) for i in range(0, len(turns), samples)]
+    failures = [w for c, w in zip(correct, wrong) if not c]
+    successes = [w for c, w in zip(correct, wrong) if c]
+    calls = sum(o.kind == "call" and o.correct is not None for outcomes in sampled.outcomes for o in outcomes)
+    types = task.config.noise.keyed.count or len(task.config.noise.misconceptions)
+    lengths = [len(tokens) for tokens in sampled.tokens]
+    return {
+        "greedy_pass@1": held_out["greedy_pass@1"],
+        "greedy_by_difficulty": {d: m["greedy_pass@1"] for d, m in held_out["by_difficulty"].items()},
+        "sampled_accuracy": sum(correct) / len(correct),
+        "no_success_group_share": 1 - sum(solved) / len(solved),
+        "turn_kinds": {kind: count / sum(kinds.values()) for kind, count in kinds.most_common()},
+        "turns_per_episode": {"median": quantile(turns, 0.5), "p10": quantile(turns, 0.1),
+                              "p90": quantile(turns, 0.9), "max": float(max(turns))},
+        "group_turn_spread": quantile(spreads, 0.5),
+        "wrong_turns_per_failure": sum(failures) / len(failures) if failures else 0.0,
+        "recovered_share": sum(w > 0 for w in successes) / len(successes) if successes else 0.0,
+        "decisions_per_episode": sum(judged) / len(judged),
+        "decision_types": types,
+        "instances_per_type_per_batch": calls / len(turns) * batch_responses / max(types, 1),
+        "episode_tokens": {"median": quantile(lengths, 0.5), "p10": quantile(lengths, 0.1),
+                           "p90": quantile(lengths, 0.9), "max": float(max(lengths))},
+        "truncated_share": sum(sampled.truncated) / len(sampled.truncated),
+        "responses": len(correct),
     }
