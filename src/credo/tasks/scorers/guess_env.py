@@ -1,4 +1,4 @@
-"""The guessing game's turns, read in a sandbox worker (`credo.tasks.agent_guess`): a hidden number in a range the
+"""The guessing game's turns, read in a sandbox worker (`credo.tasks.guessing`): a hidden number in a range the
 policy narrows down from feedback.
 
 Turns: `<call>guess 37</call>` answers `<obs>higher</obs>` or `<obs>lower</obs>` (the secret is above or below the
