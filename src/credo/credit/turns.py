@@ -41,7 +41,7 @@ def turn_advantages(turn_rewards: Tensor, turns: Tensor, group_id: Tensor, *, le
     group's episodes that reached it (without episode `i` with `leave_one_out`; 0 where none other did); 0 past an
     episode's turns."""
     returns = turn_returns(turn_rewards, turns)
-    taken = (torch.arange(returns.shape[1], device=turns.device).unsqueeze(0) < turns.unsqueeze(1)).float()
+    taken = (torch.arange(returns.shape[1], device=turns.device).unsqueeze(0) < turns.unsqueeze(1)).to(returns.dtype)
     _, groups = torch.unique(group_id, return_inverse=True)
     sums = torch.zeros(int(groups.max()) + 1, returns.shape[1], dtype=returns.dtype, device=returns.device)
     counts = torch.zeros_like(sums)
