@@ -565,3 +565,13 @@ def test_a_task_with_an_environment_trains_on_episodes_end_to_end(tmp_path, meth
     assert any("<obs>?</obs>" in t for t in text)
     untrained = ["".join(t for t, trained in zip(s["tokens"], s["loss_mask"]) if not trained) for s in samples]
     assert all(u == "<obs>?</obs>" * u.count("<obs>") for u in untrained) and any(untrained)
+
+
+def test_the_guessing_game_trains_on_episodes_end_to_end(tmp_path):
+    # the tiny model writes no valid guess: each turn is answered "?" and the episode ends at the turn limit (the
+    # minimax number of guesses, 4 for 1..10); the evaluation plays every secret of the range once
+    summary, run_dir = run(tmp_path, extra=["task.name=guessing", "task.high=10", "rollout.max_new_tokens=64"])
+    assert summary["steps"] == 3 and summary["rollout_tokens"] > 0
+    samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    assert all("".join(s["tokens"]).count("<obs>?</obs>") <= 3 for s in samples)
+    assert summary["eval_end"]["greedy_pass@1"] == 0.0

@@ -216,3 +216,17 @@ def test_the_calculator_task_prompts_its_form_and_refuses_a_custom_reward():
     assert all(p.prompt.startswith("calc ") for p in task.eval_problems())
     with pytest.raises(ValueError, match="scored by its environment"):
         CalculatorConfig(reward="my_rewards:accuracy")
+
+
+def test_the_guessing_task_limits_turns_to_the_minimax_and_holds_out_every_secret_once():
+    from credo.tasks import build_task
+
+    for high in (1 + 1, 10, 63, 64, 100):
+        task = build_task({"name": "guessing", "high": high})
+        assert task.environment.max_turns == worst_case(1, high)
+        assert [int(p.answer) for p in task.eval_problems()] == list(range(1, high + 1))
+    assert build_task({"name": "guessing", "max_turns": 9}).environment.max_turns == 9
+    stream = build_task({"name": "guessing", "high": 10}).train_problems(3)
+    assert {p.prompt for p in itertools.islice(stream, 20)} == {"guess 1..10?"}
+    with pytest.raises(ValueError, match="low = 5 must be below high = 5"):
+        build_task({"name": "guessing", "low": 5, "high": 5})

@@ -17,6 +17,7 @@ from credo.tasks.base import (
 from credo.tasks.calculator import CalculatorConfig, CalculatorTask
 from credo.tasks.chat import ChatPrompt
 from credo.tasks.dataset import DatasetConfig, DatasetTask
+from credo.tasks.guessing import GuessingConfig, GuessingTask
 from credo.tasks.jsonl import JsonlConfig, JsonlTask
 from credo.tasks.reasoning_gym import ReasoningGymConfig, ReasoningGymTask
 from credo.tasks.rewards import CustomReward, RewardFunction, RewardOptions
@@ -30,8 +31,7 @@ def build_task(options: dict) -> Task:
 
 __all__ = [
     "TASKS", "THOUGHT_END", "THOUGHT_INSTRUCTION", "ArithConfig", "ArithTask", "CalculatorConfig", "CalculatorTask",
-    "ChatPrompt", "CustomReward", "DatasetConfig",
-    "DatasetTask", "JsonlConfig", "JsonlTask", "Problem", "ReasoningGymConfig", "ReasoningGymTask", "RewardFunction",
-    "RewardOptions", "Task", "Verdict", "build_task", "sandbox_failures", "task_class", "task_names", "unscored_count",
-    "verify_all",
+    "ChatPrompt", "CustomReward", "DatasetConfig", "DatasetTask", "GuessingConfig", "GuessingTask", "JsonlConfig",
+    "JsonlTask", "Problem", "ReasoningGymConfig", "ReasoningGymTask", "RewardFunction", "RewardOptions", "Task",
+    "Verdict", "build_task", "sandbox_failures", "task_class", "task_names", "unscored_count", "verify_all",
 ]

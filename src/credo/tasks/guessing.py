@@ -2,16 +2,21 @@
 
 Its hidden state is what the turns must discover, and each guess's optimality is computable (a binary search's
 worst case, `scorers/guess_env.py`): the per-turn checker of an environment whose turns are not steps of a
-known solution. The turns are read behind the scorer sandbox.
+known solution. The turns are read behind the scorer sandbox. The registered task `guessing` plays it on one range
+(`GuessingConfig`), with the minimax number of guesses as its turn limit by default, so that every guess that is
+not a best one may cost the game.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-from credo.tasks.base import Problem
+from pydantic import Field, model_validator
+
+from credo.schema import Section
+from credo.tasks.base import TASKS, Problem, Task, Verdict
 from credo.tasks.environment import SandboxedEnvironment, rules_in_process
 
 TURN_END = "</call>"
@@ -37,15 +42,82 @@ def start_state(problem: Problem) -> dict[str, Any]:
     return {"lo": meta["low"], "hi": meta["high"], "secret": meta["secret"]}
 
 
+def prompt(low: int, high: int) -> str:
+    """A game's prompt: the range it hides its secret in."""
+    return f"guess {low}..{high}?"
+
+
 def problems(seed: int, low: int, high: int) -> Iterator[Problem]:
     """An endless seeded stream of games: the secret uniform in `low..high`, the prompt naming the range."""
     rng = random.Random(seed)
     while True:
         secret = rng.randint(low, high)
-        yield Problem(f"guess {low}..{high}?", str(secret), meta={"low": low, "high": high, "secret": secret})
+        yield Problem(prompt(low, high), str(secret), meta={"low": low, "high": high, "secret": secret})
 
 
 _RULES = rules_in_process("guess_env")
+
+
+def minimax_guesses(low: int, high: int) -> int:
+    """The fewest guesses that find any secret in `low..high` in the worst case (a binary search's)."""
+    return _RULES.depth(high - low + 1)
+
+
+class GuessingConfig(Section):
+    """Options of the `guessing` task: the range the secret is drawn from, and the episode's limits."""
+
+    name: str = "guessing"
+    """The task's name in `task.name`: "guessing"."""
+    low: int = Field(1, ge=0)
+    """The smallest secret."""
+    high: int = Field(100, ge=1, le=999_999)
+    """The largest secret."""
+    max_turns: int | None = Field(None, ge=1)
+    """The most guesses of an episode; None: the minimax number (`minimax_guesses`), so a game is won within it by
+    best guesses only, and each other guess may cost it."""
+    turn_tokens: int = Field(16, ge=4)
+    """The most tokens of one guess."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> GuessingConfig:
+        if self.low >= self.high:
+            raise ValueError(f"low = {self.low} must be below high = {self.high}")
+        return self
+
+
+@TASKS.register("guessing")
+class GuessingTask(Task):
+    """The guessing game as a task: each response is an episode of guesses that the game answers and scores (reward
+    1 when a guess finds the secret within the turn limit), each guess judged by its optimality (`checks_steps`:
+    an episode's non-best guesses are its wrong steps). Every prompt names the same range and hides its secret, so no
+    problem can be learned by heart: the held-out problems are every secret of the range once."""
+
+    name = "guessing"
+    checks_steps = True
+    Config = GuessingConfig
+
+    def __init__(self, config: GuessingConfig | None = None) -> None:
+        self.config = config or GuessingConfig()
+        cfg = self.config
+        self.environment = GuessingEnvironment(cfg.max_turns or minimax_guesses(cfg.low, cfg.high), cfg.turn_tokens)
+
+    def train_problems(self, seed: int, start: int = 0) -> Iterator[Problem]:
+        for index, problem in enumerate(problems(seed, self.config.low, self.config.high)):
+            if index >= start:
+                yield problem
+
+    def eval_problems(self) -> list[Problem]:
+        low, high = self.config.low, self.config.high
+        return [Problem(prompt(low, high), str(secret), meta={"low": low, "high": high, "secret": secret})
+                for secret in range(low, high + 1)]
+
+    def verify(self, problem: Problem, response: str) -> Verdict:
+        raise ValueError("the guessing game's episodes are scored by its environment, turn by turn; a response "
+                         "outside an episode has no verdict")
+
+    def verify_batch(self, problems: Sequence[Problem], texts: Sequence[str],
+                     on_error: str) -> tuple[list[Verdict], int]:
+        return [self.verify(p, t) for p, t in zip(problems, texts, strict=True)], 0
 
 
 def keyed_offsets(low: int, high: int, seed: int = 0) -> dict[int, int]:
