@@ -10,12 +10,16 @@ environment's word is `truncated` and earns 0.
 The sequence after the prompt holds both sides; `policy` marks the policy's tokens (the ones a loss trains on) and
 `turns` gives each of them its turn's index (-1 on observation tokens), the spans turn-level credit reads. The
 behaviour policy's token probabilities and entropies are kept on the policy's tokens (0 on observations).
+
+An episode may also continue an earlier one from a turn boundary (`Episodes.prefix`, a reset's kept turns): it
+starts with that episode's first turns and their observations as they stand (token ids, outcomes, the environment's
+state after them) and samples on from there; the prefix's tokens are neither generated again nor counted.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
@@ -25,6 +29,27 @@ from credo.rollout.backend import GenerationBackend
 from credo.rollout.generate import Completions, per_token
 from credo.tasks.base import Problem, Verdict
 from credo.tasks.environment import Environment, TurnOutcome
+
+_GROWN = ("tokens", "policy", "turns", "probs", "entropies", "texts", "outcomes", "anchors", "turn_starts")
+"""The lists an episode grows turn by turn (a `Prefix` holds their first turns)."""
+
+
+@dataclass(frozen=True)
+class Prefix:
+    """An episode's first turns, which a continued episode starts from (`Episodes.prefix`): their tokens and the
+    observations after them, per-token fields and per-turn records as the episode holds them, and the environment's
+    state after the last of them (None where there is no turn: the continuation is a fresh episode)."""
+
+    tokens: list[int]
+    policy: list[bool]
+    turns: list[int]
+    probs: list[float]
+    entropies: list[float]
+    texts: list[str]
+    outcomes: list[TurnOutcome]
+    anchors: list[str]
+    turn_starts: list[int]
+    state: Mapping[str, Any] | None
 
 
 @dataclass
@@ -52,11 +77,41 @@ class Episodes:
     """Each episode's reward: the environment's on its last turn, 0 for an episode it did not end."""
     truncated: list[bool] = field(default_factory=list)
     """The episode ended at `max_turns` or its token budget, not by the environment."""
+    turn_starts: list[list[int]] = field(default_factory=list)
+    """Each episode's turns' first positions in `tokens` (a turn's observation ends where the next turn starts)."""
+    prefix_len: list[int] = field(default_factory=list)
+    """Each episode's leading tokens that it continued from an earlier episode (`Prefix`; 0: a fresh episode)."""
 
     @property
     def policy_tokens(self) -> int:
-        """Tokens the policy generated (the rollout-token count: observations are not generated)."""
-        return sum(sum(row) for row in self.policy)
+        """Tokens the policy generated (the rollout-token count: observations are not generated, nor the prefixes
+        that continued episodes start from)."""
+        return sum(self.generated(row) for row in range(len(self.tokens)))
+
+    def generated(self, row: int) -> int:
+        """The policy's tokens of episode `row` sampled here (after its prefix)."""
+        return sum(self.policy[row][self.prefix_len[row]:])
+
+    def turn_ends(self, row: int) -> list[int]:
+        """Episode `row`'s turns' ends in `tokens`, each turn's observation included."""
+        return self.turn_starts[row][1:] + [len(self.tokens[row])]
+
+    def prefix(self, row: int, turns: int) -> Prefix:
+        """Episode `row`'s first `turns` turns and their observations, to continue from (the next turn, the one a
+        continuation samples afresh, must be one the episode took: its turns before the last)."""
+        if not 0 <= turns < len(self.outcomes[row]):
+            raise ValueError(f"a continued episode keeps fewer turns than episode {row} took "
+                             f"({len(self.outcomes[row])}), not {turns}")
+        cut = self.turn_starts[row][turns]
+        return Prefix(self.tokens[row][:cut], self.policy[row][:cut], self.turns[row][:cut], self.probs[row][:cut],
+                      self.entropies[row][:cut], self.texts[row][:turns], self.outcomes[row][:turns],
+                      self.anchors[row][:turns], self.turn_starts[row][:turns],
+                      self.outcomes[row][turns - 1].state if turns else None)
+
+    @classmethod
+    def gather(cls, picks: Sequence[tuple[Episodes, int]]) -> Episodes:
+        """One batch of the picked `(episodes, row)` rows, in order (e.g. the rows of several sampling calls)."""
+        return cls(**{f.name: [getattr(source, f.name)[row] for source, row in picks] for f in fields(cls)})
 
     def completions(self, pad: int) -> Completions:
         """The episodes as a batch's responses: each row's whole sequence after its prompt (turns and observations:
@@ -109,21 +164,39 @@ class Episodes:
 
 def sample_episodes(backend: GenerationBackend, env: Environment, problems: Sequence[Problem],
                     prompts: Sequence[list[int]], *, repeat: int, budget_tokens: int, temperature: float = 1.0,
-                    top_p: float = 1.0, greedy: bool = False) -> Episodes:
+                    top_p: float = 1.0, greedy: bool = False,
+                    starts: Sequence[Prefix | None] | None = None) -> Episodes:
     """`repeat` episodes per problem (`prompts[i]` is problem i's encoded prompt), each turn at most the
-    environment's `turn_tokens` long and each episode's turns and observations together at most `budget_tokens`."""
+    environment's `turn_tokens` long and each episode's turns and observations together at most `budget_tokens`.
+
+    With `starts`, problem i's episodes continue `starts[i]` (a `Prefix` of an earlier episode of that problem;
+    None or no turn: a fresh episode): they start with its tokens, turns and state, and its turns count towards
+    `max_turns` and its tokens towards the budget, as the earlier episode's did."""
     turn_tokens = env.turn_tokens
     if turn_tokens < 1 or budget_tokens < 1:
         raise ValueError(f"turn_tokens and budget_tokens must be positive, got {turn_tokens} and {budget_tokens}")
+    if starts is not None and len(starts) != len(problems):
+        raise ValueError(f"starts gives one prefix per problem: {len(starts)} for {len(problems)} problems")
     rows = len(problems) * repeat
     episodes = Episodes(prompts=[list(p) for p in prompts for _ in range(repeat)],
-                        **{name: [[] for _ in range(rows)] for name in
-                           ("tokens", "policy", "turns", "probs", "entropies", "texts", "outcomes", "anchors")},
-                        rewards=[0.0] * rows, truncated=[True] * rows)
-    states: list[dict[str, Any]] = [env.reset(problem) for problem in problems for _ in range(repeat)]
+                        **{name: [[] for _ in range(rows)] for name in _GROWN},
+                        rewards=[0.0] * rows, truncated=[True] * rows, prefix_len=[0] * rows)
+    states: list[dict[str, Any]] = []
+    for i, problem in enumerate(problems):
+        start = starts[i] if starts is not None else None
+        for _ in range(repeat):
+            if start is None or start.state is None:
+                states.append(env.reset(problem))
+                continue
+            r = len(states)
+            for name in _GROWN:
+                getattr(episodes, name)[r] = list(getattr(start, name))
+            episodes.prefix_len[r] = len(start.tokens)
+            states.append(dict(start.state))
     running = list(range(rows))
-    for turn in range(env.max_turns):
-        running = [r for r in running if len(episodes.tokens[r]) < budget_tokens]
+    while True:
+        running = [r for r in running
+                   if len(episodes.outcomes[r]) < env.max_turns and len(episodes.tokens[r]) < budget_tokens]
         if not running:
             break
         turns = _next_turns(backend, episodes, running, turn_tokens, budget_tokens, env.turn_end,
@@ -132,7 +205,8 @@ def sample_episodes(backend: GenerationBackend, env: Environment, problems: Sequ
         still = []
         for r, outcome in zip(running, outcomes, strict=True):
             ids, probs, entropies, text = turns[r]
-            _append(episodes, r, ids, turn, probs, entropies)
+            episodes.turn_starts[r].append(len(episodes.tokens[r]))
+            _append(episodes, r, ids, len(episodes.outcomes[r]), probs, entropies)
             episodes.texts[r].append(text)
             episodes.outcomes[r].append(outcome)
             episodes.anchors[r].append(env.anchor(states[r]))

@@ -10,6 +10,15 @@ For every prompt of a step, batched across prompts:
    A continuation's reward is the reward of the whole response (prefix + continuation).
 Base and suffix groups get their own group ids (normalised separately); suffix rows record the prefix
 length, so the credit estimator trains them only after it. Every generated token is counted, by kind.
+
+On a task with an environment (`Task.environment`) a rollout is a multi-turn episode (`credo.rollout.episodes`)
+and its turns are the thoughts: a turn with the observation after it is one segment, a reset keeps the seed's
+turns `1..k-1` with their observations and the environment's state after them, and the continuations are episodes
+continued from there, all in one lockstep batch (`TurnRow`). The `oracle` localiser names the per-turn checker's
+first wrong turn (a turn that decides nothing, such as a check, is never wrong), `random` a uniformly drawn turn;
+`self` and `sampled` refuse turns. The episodes' batch fields (`Rollout.checks`: the policy's tokens as the loss
+mask, the turns and their verdicts, anchors and rewards) come with every row, so suffix rows train on the policy's
+tokens after their prefix only; counted are the policy's tokens sampled, never observations nor kept prefixes.
 """
 
 from __future__ import annotations
@@ -26,13 +35,14 @@ from pydantic import Field
 from credo.batch import RecordedField
 from credo.passk import pass_at_k
 from credo.rollout.backend import GenerationBackend
+from credo.rollout.episodes import Episodes, Prefix, sample_episodes
 from credo.rollout.generate import encode_prompts, per_token
 from credo.rollout.groups import ProblemStream, Rollout
 from credo.rollout.localise import LOCALISE_PROMPT, STEP_FORMAT, localisation_prompt, parse_step
 from credo.rollout.reset_plan import SPLITS, draws_needed, plan
 from credo.rollout.rows import SEGMENT_IDS, Row, assemble, continue_rows, make_rows
 from credo.rollout.samplers.base import Sampler, registered
-from credo.rollout.thoughts import ThoughtRules
+from credo.rollout.thoughts import Episode, ThoughtRules
 from credo.rollout.values import boundary_values, first_below, largest_drop
 from credo.schema import Section
 from credo.tasks import Task, sandbox_failures
@@ -44,6 +54,11 @@ if TYPE_CHECKING:
 Localiser = Literal["random", "self", "oracle", "sampled"]
 LOCALISERS: tuple[str, ...] = get_args(Localiser)
 """The first-wrong-thought localisers of the reset sampler (`credo.rollout.samplers.resets`)."""
+TURN_REFUSALS: dict[str, str] = {
+    "self": "the policy was never taught a prompt that asks it for an episode's first wrong turn",
+    "sampled": "its Monte-Carlo values continue single responses, not episodes",
+}
+"""Why a localiser cannot find an episode's first wrong turn (the others can: `random`, `oracle`)."""
 
 
 class ResetConfig(Section):
@@ -61,7 +76,8 @@ class ResetConfig(Section):
     """Who finds a seed's first wrong thought: "random", "self", "oracle" or "sampled"; None: the method's own.
 
     The method's own is "random" for RRPO and "self" for SRPO; "oracle" needs a task with a step checker;
-    "sampled" reads Monte-Carlo values of the states between the seed's thoughts (`localiser_samples`)."""
+    "sampled" reads Monte-Carlo values of the states between the seed's thoughts (`localiser_samples`). On a task
+    with an environment, whose episodes reset at turn boundaries, only "random" and "oracle" apply."""
     oracle_accuracy: float = Field(1.0, ge=0.0, le=1.0)
     """Share of seeds the oracle localiser names exactly (1: perfect); the others get a wrong thought.
 
@@ -104,10 +120,43 @@ class Seed:
     continuations: list[Row] = field(default_factory=list)
 
 
+@dataclass
+class TurnRow(Row):
+    """A row of a task with an environment: one episode (`credo.rollout.episodes`) whose turns are the row's
+    thoughts (`episode.ends`: each turn's end, its observation included), kept in the batch it was sampled in."""
+
+    source: Episodes | None = None
+    index: int = 0
+
+    def prefix(self, turns: int) -> Prefix:
+        """The episode's first `turns` turns with their observations and the environment's state after them."""
+        return self.source.prefix(self.index, turns)
+
+
+def episode_rows(backend: GenerationBackend, task, problems, prompts, repeat: int, config,
+                 starts: list[Prefix] | None = None) -> list[TurnRow]:
+    """`repeat` episodes per problem, continuing `starts[i]` where given (one lockstep batch), as rows: verdicts
+    the environment's, `prefix_len` the kept prefix's tokens, `tokens` the policy's tokens sampled here."""
+    out = sample_episodes(backend, task.environment, problems, prompts, repeat=repeat,
+                          budget_tokens=config.max_new_tokens, temperature=config.temperature, top_p=config.top_p,
+                          starts=starts)
+    rows = []
+    for r, verdict in enumerate(out.verdicts()):
+        reason = ("answer" if not out.truncated[r] else
+                  "max_thoughts" if len(out.outcomes[r]) >= task.environment.max_turns else "budget")
+        rows.append(TurnRow(problems[r // repeat], out.prompts[r], Episode(out.tokens[r], out.turn_ends(r), reason),
+                            "".join(out.texts[r]), verdict, out.truncated[r], prefix_len=out.prefix_len[r],
+                            tokens=out.generated(r), source=out, index=r))
+    return rows
+
+
 def sample_resets(backend: GenerationBackend, task: Task, stream: ProblemStream, config, localiser: str) -> Rollout:
     """`config.prompts_per_step` prompts' reset groups as one rollout (see the module docstring)."""
     resets: ResetConfig = config.resets
     split = SPLITS[resets.split]
+    if task.environment is not None and localiser in TURN_REFUSALS:
+        raise ValueError(f"rollout.resets.localiser = {localiser!r} cannot localise the turns of {task.name}'s "
+                         f"episodes: {TURN_REFUSALS[localiser]} (use 'oracle' or 'random')")
     problems = stream.take(config.prompts_per_step)
     prompts = encode_prompts(backend.tokenizer, [p.prompt for p in problems])
     cost = Counter()
@@ -139,12 +188,20 @@ def draw_rounds(backend: GenerationBackend, task, problems, prompts, config, res
             return draws
         for count in sorted(set(needed) - {0}):
             chosen = [i for i, n in enumerate(needed) if n == count]
-            out = backend.generate([prompts[i] for i in chosen], max_new_tokens=config.max_new_tokens,
-                                   temperature=config.temperature, top_p=config.top_p, repeat=count)
-            rows = make_rows(backend.tokenizer, task, [problems[i] for i in chosen for _ in range(count)],
-                             out, resets.thoughts, config.reward_errors)
+            rows = draw_rows(backend, task, [problems[i] for i in chosen], [prompts[i] for i in chosen], count, config)
             for slot, row in enumerate(rows):
                 draws[chosen[slot // count]].append(row)
+
+
+def draw_rows(backend: GenerationBackend, task, problems, prompts, repeat: int, config) -> list[Row]:
+    """`repeat` fresh rows per problem: responses cut into thoughts, or where the task has an environment, episodes
+    (`episode_rows`)."""
+    if task.environment is not None:
+        return episode_rows(backend, task, problems, prompts, repeat, config)
+    out = backend.generate(prompts, max_new_tokens=config.max_new_tokens, temperature=config.temperature,
+                           top_p=config.top_p, repeat=repeat)
+    return make_rows(backend.tokenizer, task, [p for p in problems for _ in range(repeat)], out,
+                     config.resets.thoughts, config.reward_errors)
 
 
 def localise(backend: GenerationBackend, task, seeds: list[Seed], config, localiser: str, cost) -> None:
@@ -224,22 +281,32 @@ def noisy_oracle(first_wrong: int, thoughts: int, accuracy: float, earlier: floa
 
 def continue_seeds(backend: GenerationBackend, task, seeds: list[Seed], config, split, cost) -> None:
     """Sample every seed's continuations from `prompt + prefix`, batched (shared prefix caches), each within what
-    its response's token budget leaves after the prefix (`credo.rollout.rows.continue_rows`)."""
+    its response's token budget leaves after the prefix (`credo.rollout.rows.continue_rows`); where the task has an
+    environment, episodes continued from each seed's first `k - 1` turns, in one lockstep batch."""
     c = split.continuations
-    starts = [(s.row, s.row.episode.prefix(s.k - 1)) for s in seeds]
-    rows = continue_rows(backend, task, starts, c, config, config.resets.thoughts)
+    if task.environment is not None:
+        rows = episode_rows(backend, task, [s.row.problem for s in seeds], [s.row.prompt for s in seeds], c, config,
+                            starts=[s.row.prefix(s.k - 1) for s in seeds]) if seeds else []
+    else:
+        starts = [(s.row, s.row.episode.prefix(s.k - 1)) for s in seeds]
+        rows = continue_rows(backend, task, starts, c, config, config.resets.thoughts)
     for i, seed in enumerate(seeds):
         seed.continuations = rows[i * c : (i + 1) * c]
     cost["suffix"] += sum(r.tokens for r in rows)
 
 
 def reset_rollout(groups: list[list[Row]], pad: int, tokens: int) -> Rollout:
-    """The groups' rows as one rollout, with each row's kept prefix length and the thought of every token."""
+    """The groups' rows as one rollout, with each row's kept prefix length and the thought of every token; episodes
+    (`TurnRow`) with their behaviour statistics and batch fields (`Episodes.token_fields`) as one batch's."""
     rollout = assemble(groups, pad, tokens)
     rows = [r for g in groups for r in g]
     width = rollout.completions.response_ids.shape[1]
     rollout.records = {"prefix_len": torch.tensor([r.prefix_len for r in rows], dtype=torch.long),
                        "segment_ids": per_token([r.episode.segment_ids() for r in rows], width, -1, torch.long)}
+    if rows and all(isinstance(r, TurnRow) for r in rows):
+        episodes = Episodes.gather([(r.source, r.index) for r in rows])
+        rollout.completions = episodes.completions(pad)
+        rollout.checks = episodes.token_fields(width)
     return rollout
 
 
