@@ -38,7 +38,8 @@ raw turn rewards against the unit-scale `A^O`.
 *How the forms relate.* On episodes of two turns whose turn reward sits on the first (`r_{i,1} = 0`), the general
 form's turn-0 term is `n/(n - 1) (r_{i,0} - mean_g r_{., 0})` (`n` the group's size) and its turn-1 term 0, that is
 v1's `lambda A^T_i` times `n/(n - 1) (std_g + eps)`: the same direction within each group, not the same scale, and it
-does not reduce to v1 exactly (v1 divides by a std, the general form is leave-one-out and unscaled). With one turn
+does not reduce to v1 exactly (v1 divides by a std, the general form is leave-one-out and unscaled; an episode alone in
+its group keeps its whole turn reward, baseline 0, where v1 gives it 0). With one turn
 per episode the general form gives `A^O_i + lambda n/(n - 1) (r_{i,0} - mean_g r_{., 0})`, where v1 gives `A^C_i`.
 With `lambda = 0` the general form is GRPO (the code's conventions), and so is v1 when every episode took two turns
 or more; with zero turn rewards both forms are GRPO.
