@@ -243,7 +243,7 @@ def test_bucket_value_falls_back_to_the_difficulty_mapping():
 def test_task_class_resolves_families():
     assert task_class("reasoning_gym:chain_sum") is ReasoningGymTask
     assert (task_class("arith"), task_class("jsonl")) == (ArithTask, JsonlTask)
-    with pytest.raises(ValueError, match=r"^unknown task 'gym:x'; valid names: arith, calculator, jsonl, dataset, reasoning_gym:<dataset>$"):
+    with pytest.raises(ValueError, match=r"^unknown task 'gym:x'; valid names: arith, calculator, jsonl, dataset, guessing, reasoning_gym:<dataset>$"):
         task_class("gym:x")
     with pytest.raises(ValueError, match=r"task 'reasoning_gym' needs a dataset: reasoning_gym:<dataset>"):
         task_class("reasoning_gym")
