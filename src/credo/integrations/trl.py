@@ -28,6 +28,11 @@ batch field beyond what TRL gives (`TRL_FIELDS`: entropies, reference log-probs)
 need their own samplers, oracle_blame a step checker: they are errors here, with the reason. DAPO's dynamic sampling is a credo sampler option and is not available in TRL; its overlong
 penalty is a TRL reward function (`trl.rewards.get_soft_overlong_punishment`).
 
+Multi-turn episodes: with `credo_episodes=TaskEpisodes(task)` (`credo.integrations.trl_episodes`) the generation
+batch is a credo task's environment's episodes, sampled through TRL's `rollout_func`; their observation tokens are
+out of the loss (TRL's `tool_mask`) and their turns reach the estimator (`EPISODE_FIELDS`), so the turn-level
+methods (mt_grpo, gigpo) fit, and only then.
+
     from trl import GRPOConfig
     from credo.integrations.trl import CredoGRPOTrainer
 
@@ -133,8 +138,9 @@ def check_trl_hooks() -> None:
             )
 
 
-def check_trl_args(args: GRPOConfig) -> None:
-    """Refuse GRPOConfig settings whose effect credo's method replaces or cannot reproduce."""
+def check_trl_args(args: GRPOConfig, episodes: bool = False) -> None:
+    """Refuse GRPOConfig settings whose effect credo's method replaces or cannot reproduce (`episodes`: or that
+    the episode path, `credo_episodes`, does not honour: `credo.integrations.trl_episodes.EPISODE_ARGS`)."""
     defaults = {f.name: f.default for f in dataclasses.fields(GRPOConfig)}
     for name, instead in _REPLACED_ARGS.items():
         if name in defaults and getattr(args, name) != defaults[name]:
@@ -142,6 +148,16 @@ def check_trl_args(args: GRPOConfig) -> None:
                 f"GRPOConfig.{name} = {getattr(args, name)!r}: CredoGRPOTrainer replaces TRL's advantages and loss "
                 f"with the credo method's, so this setting would be ignored; remove it (use {instead})"
             )
+    if episodes:
+        from credo.integrations.trl_episodes import EPISODE_ARGS
+
+        for name, instead in EPISODE_ARGS.items():
+            if name in defaults and getattr(args, name) != defaults[name]:
+                raise ValueError(
+                    f"GRPOConfig.{name} = {getattr(args, name)!r}: CredoGRPOTrainer(credo_episodes=...) samples "
+                    f"multi-turn episodes with credo's generation backend, which does not honour it; remove it "
+                    f"(use {instead})"
+                )
     if args.beta != 0.0 and getattr(args, "use_bias_correction_kl", False):
         raise ValueError(
             "GRPOConfig.use_bias_correction_kl = True: credo's KL penalty (beta) is the plain k3 estimator without "
@@ -159,13 +175,15 @@ def resolve_method(
     credo_overrides: Mapping[str, Mapping[str, Any]] | None = None,
     conventions: str = "credo",
     args: GRPOConfig | None = None,
+    episodes: bool = False,
 ) -> Method:
-    """The credo method to run inside TRL: checked to fit TRL's i.i.d. groups, with TRL's `beta` as its KL weight,
-    the `conventions="trl"` switches (the classes' "trl" declarations, `credo.integrations.conventions`, and `norm_len =
-    max_completion_length`), then `credo_overrides` (`{"credit": {...}, "loss": {...}}`)."""
+    """The credo method to run inside TRL: checked to fit TRL's i.i.d. groups (`episodes`: of multi-turn episodes),
+    with TRL's `beta` as its KL weight, the `conventions="trl"` switches (the classes' "trl" declarations,
+    `credo.integrations.conventions`, and `norm_len = max_completion_length`), then `credo_overrides`
+    (`{"credit": {...}, "loss": {...}}`)."""
     check_choice("CredoGRPOTrainer", "credo_conventions", conventions, CONVENTIONS)
     method = get_method(credo_method) if isinstance(credo_method, str) else credo_method
-    check_supported(method)
+    check_supported(method, episodes)
     overrides = dict(credo_overrides or {})
     unknown = sorted(set(overrides) - {"credit", "loss"})
     if unknown:
@@ -186,28 +204,42 @@ TRL_FIELDS = frozenset({"entropy", "ref_logp"})
 `_get_per_token_logps_and_entropies`, for methods that read them) and TRL's reference log-probs (`beta > 0`)."""
 
 
-def refusal(method: Method) -> str | None:
-    """Why `method` cannot run inside TRL's GRPOTrainer, or None if it can (asked of the method's parts)."""
+EPISODE_FIELDS = frozenset({"thought_ids", "turn_anchor", "turn_reward"})
+"""The batch fields the episode path fills besides `TRL_FIELDS` (`CredoGRPOTrainer(credo_episodes=...)`): each
+token's turn, the state each turn was taken from and the environment's turn rewards, from the environment the
+rollout used (`credo.integrations.trl_episodes`)."""
+
+_EPISODES_REMEDY = ("pass credo_episodes=TaskEpisodes(task) (credo.integrations.trl_episodes) to train on a credo "
+                    "task's environment's episodes")
+
+
+def refusal(method: Method, episodes: bool = False) -> str | None:
+    """Why `method` cannot run inside TRL's GRPOTrainer, or None if it can (asked of the method's parts);
+    `episodes`: the generation batch is multi-turn episodes (`CredoGRPOTrainer(credo_episodes=...)`)."""
     if not method.sampler.iid:
         return f"it draws {method.sampler.draws}, and TRL's GRPOTrainer samples i.i.d. groups only"
-    missing = method.missing(TRL_FIELDS)
+    missing = method.missing(TRL_FIELDS | (EPISODE_FIELDS if episodes else frozenset()))
+    if missing and not episodes and not method.missing(TRL_FIELDS | EPISODE_FIELDS):
+        return (f"it credits the turns of multi-turn episodes ({', '.join(sorted(method.needs & EPISODE_FIELDS))}), "
+                f"which TRL's single-turn generation does not give; {_EPISODES_REMEDY}")
     if missing:
         return f"it needs {'; '.join(missing)}, which TRL's reward functions and rollouts do not provide"
     return None
 
 
-def supported_methods() -> list[str]:
-    """The registered methods that run inside TRL's GRPOTrainer."""
-    return [name for name in METHODS if refusal(METHODS.get(name)) is None]
+def supported_methods(episodes: bool = False) -> list[str]:
+    """The registered methods that run inside TRL's GRPOTrainer (`episodes`: on multi-turn episodes)."""
+    return [name for name in METHODS if refusal(METHODS.get(name), episodes) is None]
 
 
-def check_supported(method: Method) -> None:
+def check_supported(method: Method, episodes: bool = False) -> None:
     """A clear error for a method that does not fit TRL's GRPOTrainer (see `refusal`)."""
-    why = refusal(method)
+    why = refusal(method, episodes)
     if why is not None:
-        raise ValueError(f"credo method {method.name!r} does not fit TRL's GRPOTrainer: {why}. Train it with "
-                         f"credo's own trainer (`credo train`, method: {method.name}) or the verl integration "
-                         "(credo.integrations.verl)")
+        elsewhere = "" if _EPISODES_REMEDY in why else (
+            f". Train it with credo's own trainer (`credo train`, method: {method.name}) or the verl integration "
+            "(credo.integrations.verl)")
+        raise ValueError(f"credo method {method.name!r} does not fit TRL's GRPOTrainer: {why}{elsewhere}")
 
 
 class CredoGRPOTrainer(GRPOTrainer):
@@ -220,6 +252,10 @@ class CredoGRPOTrainer(GRPOTrainer):
         credo_conventions: "credo" (the method's defaults) or "trl" (TRL's: sample std with eps 1e-4, rows without a
             loss token counted in row means, Dr. GRPO divided by `max_completion_length`, no log-ratio clamp).
             `credo_overrides` apply after either.
+        credo_episodes: a `credo.integrations.trl_episodes.TaskEpisodes`: each generation batch is its task's
+            environment's multi-turn episodes (TRL's `rollout_func`; not with TRL's `rollout_func`, `tools` or
+            `environment_factory`), observation tokens get no loss, and turn-level methods (mt_grpo, gigpo) read
+            its turns. `reward_funcs` default to `[credo_episodes]`, the environment's episode reward.
 
     TRL's `beta` is the KL weight (credo's `kl_beta`; needs `use_bias_correction_kl=False`). GRPOConfig fields
     that shape TRL's own advantages or loss (`loss_type`, `epsilon`, `scale_rewards`, ...) must keep their
@@ -236,18 +272,37 @@ class CredoGRPOTrainer(GRPOTrainer):
         credo_method: str | Method = "grpo",
         credo_overrides: Mapping[str, Mapping[str, Any]] | None = None,
         credo_conventions: str = "credo",
+        credo_episodes: Any = None,
         **kwargs: Any,
     ) -> None:
         check_trl_hooks()
+        episodes = credo_episodes is not None
         if args is not None:  # fail before TRL loads anything
-            check_trl_args(args)
-        resolve_method(credo_method, credo_overrides, credo_conventions, args)
+            check_trl_args(args, episodes)
+        resolve_method(credo_method, credo_overrides, credo_conventions, args, episodes)
+        self.credo_episodes = credo_episodes
+        """The multi-turn episodes' source (`credo.integrations.trl_episodes.TaskEpisodes`), or None."""
+        self._credo_rows: list[dict[str, Any]] | None = None
+        if episodes:
+            taken = sorted(k for k in ("rollout_func", "tools", "environment_factory") if kwargs.get(k))
+            if taken:
+                raise ValueError(f"CredoGRPOTrainer(credo_episodes=...) samples the episodes through TRL's "
+                                 f"rollout_func; remove {', '.join(taken)}")
+            kwargs["rollout_func"] = self._credo_rollout
+            reward_funcs = [credo_episodes] if reward_funcs is None else reward_funcs
         super().__init__(model, reward_funcs, args, *positional, **kwargs)
-        check_trl_args(self.args)
-        self.credo_method = resolve_method(credo_method, credo_overrides, credo_conventions, self.args)
+        check_trl_args(self.args, episodes)
+        self.credo_method = resolve_method(credo_method, credo_overrides, credo_conventions, self.args, episodes)
         """The credo method in use, with every override applied."""
         self._credo_needs_entropy = "entropy" in self.credo_method.behaviour_statistics
         self._credo_rewards_per_func: Tensor | None = None
+
+    def _credo_rollout(self, prompts: list, trainer: GRPOTrainer) -> dict[str, list]:
+        """TRL's `rollout_func`: the episodes of the generation batch's rows (`credo_episodes.rollout`)."""
+        if self._credo_rows is None or len(self._credo_rows) != len(prompts):
+            raise RuntimeError(f"TRL {_trl.__version__} called rollout_func outside _generate_and_score_completions; "
+                               f"credo.integrations.trl supports trl{TRL_VERSIONS}")
+        return self.credo_episodes.rollout(self._credo_rows, trainer)
 
     # ------------------------------------------------------------------------------- once per generation batch
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -256,10 +311,14 @@ class CredoGRPOTrainer(GRPOTrainer):
         return rewards_per_func
 
     def _generate_and_score_completions(self, inputs):
-        output = super()._generate_and_score_completions(inputs)
-        return self._credo_credit(output)
+        self._credo_rows = inputs  # the rows the episodes are sampled for (TRL's rollout_func sees only prompts)
+        try:
+            output = super()._generate_and_score_completions(inputs)
+        finally:
+            self._credo_rows = None
+        return self._credo_credit(output, inputs)
 
-    def _credo_credit(self, output: dict[str, Any]) -> dict[str, Any]:
+    def _credo_credit(self, output: dict[str, Any], inputs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """Run credo's credit estimator on the whole generation batch and put its results into `output`."""
         mode = "train" if self.model.training else "eval"
         rewards_per_func, self._credo_rewards_per_func = self._credo_rewards_per_func, None
@@ -279,6 +338,8 @@ class CredoGRPOTrainer(GRPOTrainer):
         if self._credo_needs_entropy:
             local["entropy"] = self._credo_entropies(output, mode)
         full = {name: self._gather_rows(value) for name, value in local.items()}  # (B_all, T_all)
+        turns, episode_metrics = ({}, {}) if self.credo_episodes is None else self._credo_turns(
+            inputs, output.get("tool_mask"), loss_mask.shape[1], device)
         batch = RolloutBatch(
             response_ids=full["ids"],
             response_mask=full["response"].bool(),
@@ -287,8 +348,10 @@ class CredoGRPOTrainer(GRPOTrainer):
             old_logp=torch.zeros(full["ids"].shape, device=device),  # group estimators read no log-probs
             loss_mask=full["loss"].bool(),
             entropy=full.get("entropy"),
+            **turns,
         )
         credited, metrics = credit_scorable(self.credo_method, batch, scorable)
+        metrics.update(episode_metrics)
         trace_mask = credited.trace_mask
         if output.get("tool_mask") is not None:  # tool tokens are no actions: keep them out of the traces too
             trace_mask = (trace_mask if trace_mask is not None else batch.response_mask) & batch.loss_mask
@@ -309,6 +372,32 @@ class CredoGRPOTrainer(GRPOTrainer):
         output["credo_rewards"] = batch.rewards[rows]
         self._credo_log_advantages(credited)
         return output
+
+    def _credo_turns(self, inputs: list[dict[str, Any]], output_mask: Tensor | None, width: int,
+                     device: torch.device) -> tuple[dict[str, Tensor], Metrics]:
+        """The episodes' turn fields of the generation batch of all processes, each (B_all, T_all) on `device`
+        (`thought_ids`, `thought_wrong`, `turn_reward`, `turn_anchor`), from the `credo_turns` TRL merged into each
+        row (local rows `width` tokens wide), and the episodes' metrics. A TRL that dropped the episodes' `env_mask`
+        (`output_mask`: TRL's `tool_mask`, None) would train observation tokens: an error."""
+        from accelerate.utils import gather_object
+
+        from credo.integrations.trl_episodes import anchor_ids, turn_tensors
+
+        if output_mask is None or any("credo_turns" not in row for row in inputs):
+            what = "kept no env_mask as its tool_mask" if output_mask is None else "merged no extra field into the rows"
+            raise RuntimeError(f"TRL {_trl.__version__} {what} of rollout_func's output, which credo_episodes relies "
+                               f"on; credo.integrations.trl supports trl{TRL_VERSIONS}")
+        turns = [row["credo_turns"] for row in inputs]
+        local = {k: v.to(device) for k, v in turn_tensors(turns, width).items()}
+        thought_ids = self._gather_rows(local["thought_ids"] + 1) - 1  # -1 after each row, across processes too
+        fields = {
+            "thought_ids": thought_ids,
+            "thought_wrong": self._gather_rows(local["thought_wrong"]).bool(),
+            "turn_reward": self._gather_rows(local["turn_reward"]),
+            "turn_anchor": anchor_ids(gather_object([t["anchors"] for t in turns]), thought_ids),
+        }
+        ended = {k: self.accelerator.gather(local[k]).float().mean().item() for k in ("truncated", "failed")}
+        return fields, {"episodes/truncated_frac": ended["truncated"], "episodes/failed_frac": ended["failed"]}
 
     def _credo_entropies(self, output: dict[str, Any], mode: str) -> Tensor:
         """(B, T) the behaviour policy's per-token entropies: one no-grad pass over the generation batch."""
