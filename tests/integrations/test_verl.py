@@ -712,12 +712,14 @@ REFUSED = {f"credo_{name}": name for name in METHODS if cv.refusal(METHODS.get(n
 
 def documented_overrides(name, agg=None):
     """The overrides credo documents for a registered name (module docstring of credo.integrations.verl): the
-    estimator, the loss, the method's aggregation (or `agg`) and, for a reset or revision method, its agent
-    loop with 8 sessions per prompt (a reset split's rows; a revision group's)."""
+    estimator, the loss, the method's aggregation (or `agg`), for a reset or revision method its agent loop
+    with 8 sessions per prompt (a reset split's rows; a revision group's), for a turn-level one the episode loop."""
     method = get_method(cv.verl_names()[name])
     overrides = [f"{ESTIMATOR}={name}", f"{LOSS}={name}", f"{AGG_KEY}={agg or AGG[method.loss.agg]}"]
     if method.sampler.verl_agent_loop is not None:
         overrides += [f"{LOOP}={name}", "actor_rollout_ref.rollout.n=8"]
+    if cv.reads_turns(method):  # a turn-level method: credo's episode agent loop
+        overrides += [f"{LOOP}={cv.EPISODE_LOOP}"]
     return overrides
 
 

@@ -3,7 +3,8 @@
 An adapter only: the math stays in `credo.credit` and `credo.losses`. `register()` adds, for every credo
 method that verl's interfaces can carry, an advantage estimator and a policy loss to verl's own registries
 (`verl.trainer.ppo.core_algos`), under the names of `verl_names()` (`credo_grpo`, `credo_srpo`, ...), and
-the agent loops of the reset and revision methods (`credo.integrations.verl_agent`). Then a verl run selects
+the agent loops of the reset and revision methods (`credo.integrations.verl_agent`) and the episode agent loop
+of tasks with an environment (`credo_episodes`, `credo.integrations.verl_episodes`). Then a verl run selects
 them like verl's own:
 
     algorithm.adv_estimator=credo_srpo
@@ -20,9 +21,10 @@ in the environment of every node (verl imports the named modules whenever it is 
 verl looks an estimator or loss up only when it first computes advantages or a loss, after the first rollout,
 so credo checks a run's choices when verl checks its config (`validate_config`, which credo's plugin hooks into
 verl's own check, `hook_validate_config`): a refused or unknown `credo_*` name, a `loss_agg_mode` other than the
-credo loss's, a reset or revision estimator without its agent loop (or the reverse) are one-line errors naming
-the key and value, before Ray starts. A refused name is also registered as a function raising credo's reason
-(`register_refusal`), for launchers that skip verl's check.
+credo loss's, a reset or revision estimator without its agent loop (or the reverse), a turn-level estimator
+without the episode agent loop are one-line errors naming the key and value, before Ray starts. A refused name
+is also registered as a function raising credo's reason (`register_refusal`), for launchers that skip verl's
+check.
 
 What verl passes, and so what the adapters can use (verl 0.9.1):
 - estimator: `token_level_rewards` (B, T) (the row reward is their sum), `response_mask` (B, T), `index`
@@ -41,7 +43,12 @@ estimator cannot see, so their agent loop runs credo's own sampler and estimator
 each row's advantage over as its score, with the trained tokens (the suffix after a kept prefix, or
 IBPO's edited tokens) as its `response_mask`; their verl estimator spreads that per-row advantage over
 the mask. `response_mask` is also verl's loss mask (and its token count the loss normaliser), so suffix
-rows train on the suffix only, as in credo. `refusal` says, from a method's parts, what cannot be carried.
+rows train on the suffix only, as in credo. The turn-level methods (MT-GRPO: `reads_turns`, an estimator that
+reads fields only an environment fills) run on credo's episode agent loop, whose rows are multi-turn episodes
+(observation tokens outside `response_mask`) with each turn's reward and the episode's reward laid out in their
+scores; their estimator recovers the turns from `response_mask`'s 0 -> 1 transitions and the rewards from the
+scores (`credo.integrations.verl_episodes`), and returns credo's per-token advantages. `refusal` says, from a
+method's parts, what cannot be carried (GiGPO's anchor states, for one).
 """
 
 from __future__ import annotations
@@ -59,7 +66,7 @@ from credo.checks import check_choice
 from credo.credit import GroupAdvantage
 from credo.extras import require
 from credo.integrations.conventions import convention_switches
-from credo.methods import METHODS, Method, get_method
+from credo.methods import ENVIRONMENT_FIELDS, METHODS, Method, get_method
 from credo.rollout.samplers import SAMPLERS
 
 VERL_VERSION = "0.9.1"
@@ -79,30 +86,50 @@ AGENT_LOOP_FIELDS = frozenset({"correct"})
 """Besides the sampler's own records, what credo's agent loops give their estimator: the verdicts (verl's
 reward functions return no step checker's `blame_start`, and no entropies)."""
 
+EPISODE_FIELDS = frozenset({"thought_ids", "turn_reward"})
+"""What credo's episode agent loop hands verl's advantage estimator besides rewards, masks and uids, in its rows'
+scores (`credo.integrations.verl_episodes`): each token's turn (recovered from `response_mask`) and each turn's
+reward. Not the anchor states GiGPO reads (`turn_anchor`), nor the per-turn checker's verdicts."""
+
+EPISODE_LOOP = "credo_episodes"
+EPISODE_LOOP_TARGET = "credo.integrations.verl_episodes.EpisodeAgentLoop"
+"""The name `register` gives credo's episode agent loop in verl's registry, and its class."""
+
 
 def refusal(method: Method) -> str | None:
     """Why verl's interfaces cannot carry `method`, or None if they can (asked of the method's parts).
 
     i.i.d. group methods: the estimator sees rewards, masks and uids only (not even the token ids), and only
-    `advantages` reach the policy loss. A method whose sampler declares a verl agent loop (`Sampler.verl_agent_loop`:
-    resets, revisions) runs credo's sampler and estimator in it, which hands each row's advantage and trained-token
-    mask over."""
+    `advantages` reach the policy loss; one that reads turn fields (`reads_turns`) runs on credo's episode agent
+    loop, whose rows' scores also carry `EPISODE_FIELDS`. A method whose sampler declares a verl agent loop
+    (`Sampler.verl_agent_loop`: resets, revisions) runs credo's sampler and estimator in it, which hands each row's
+    advantage and trained-token mask over."""
+    turns = False
     if method.sampler.verl_agent_loop is not None:
         available, carried = AGENT_LOOP_FIELDS | frozenset(method.sampler.records), {"advantages", "loss_mask"}
     elif method.sampler.iid:
         if getattr(method.estimator, "reads_token_ids", False):
             return "its estimator reads the sampled token ids, which verl does not pass to an advantage estimator"
-        available, carried = ESTIMATOR_FIELDS, {"advantages"}
+        turns = reads_turns(method)
+        available, carried = (EPISODE_FIELDS if turns else ESTIMATOR_FIELDS), {"advantages"}
     else:
         return f"it draws {method.sampler.draws}, for which credo has no verl agent loop"
     missing = method.missing(available)
     if missing:
-        return f"it needs {'; '.join(missing)}, which verl passes neither to the advantage estimator nor to the policy loss"
+        via = " (credo's episode agent loop hands it each token's turn and each turn's reward only)" if turns else ""
+        return (f"it needs {'; '.join(missing)}, which verl passes neither to the advantage estimator nor to the "
+                f"policy loss{via}")
     dropped = sorted(method.estimator.writes - carried)
     if dropped:
         return (f"its estimator also writes {', '.join(f'{f} ({FIELD_SOURCES[f]})' for f in dropped)}, which verl "
                 "cannot carry from the advantage estimator to the policy loss")
     return None
+
+
+def reads_turns(method: Method) -> bool:
+    """Whether `method` reads fields only a task's environment fills (`credo.methods.ENVIRONMENT_FIELDS`): its rows
+    must be credo's multi-turn episodes, from credo's episode agent loop (`EPISODE_LOOP`)."""
+    return bool(method.needs & ENVIRONMENT_FIELDS)
 
 
 def verl_names() -> dict[str, str]:
@@ -152,6 +179,8 @@ def register(*, conventions: str = "credo", agent_loops: bool = True) -> list[st
     names = [verl_name + suffix for verl_name in supported]
     for name, method in zip(names, supported.values()):
         register_method(name, method, conventions=conventions, agent_loop=agent_loops)
+    if agent_loops:
+        register_episode_loop()
     for name in METHODS:
         if f"credo_{name}" not in supported:
             register_refusal(f"credo_{name}{suffix}", METHODS.get(name))
@@ -259,6 +288,16 @@ def register_agent_loop(
     _agent_loop_registry[verl_name] = entry
 
 
+def register_episode_loop(verl_name: str = EPISODE_LOOP) -> None:
+    """Add credo's episode agent loop (`credo.integrations.verl_episodes.EpisodeAgentLoop`: a credo task's
+    environment, one episode per session, the task and start state read from each dataset row) to verl's
+    agent-loop registry as `verl_name`."""
+    require("verl", "verl", "the verl integration")
+    from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+
+    _agent_loop_registry[verl_name] = {"_target_": EPISODE_LOOP_TARGET}
+
+
 def _frozen(overrides: Mapping[str, Any] | None) -> tuple:
     return tuple(sorted((overrides or {}).items()))
 
@@ -333,11 +372,18 @@ def advantage_fn(method: Method, *, verl_single_rows: bool = False) -> Callable[
 
     Group methods: credo's estimator over the uid groups (with `verl_single_rows`, a group of one row gets
     verl's advantage, `single_row_advantages`). `algorithm.norm_adv_by_std_in_grpo=False` turns the
-    std scaling off (`scale="none"`, Dr. GRPO), as for verl's GRPO. Reset and revision methods: the agent
-    loop already ran credo's estimator on the whole group, and each row's score *is* its advantage, spread
-    over `response_mask` (the row's trained tokens); scores that do not add up to 0 over a prompt's rows are
-    a `ValueError` (rewards from another agent loop, read as advantages, would train silently wrong)."""
+    std scaling off (`scale="none"`, Dr. GRPO), as for verl's GRPO; an estimator without that switch refuses it.
+    Turn-level methods (`reads_turns`): the same over the episodes that credo's episode agent loop laid out in
+    its rows (`credo.integrations.verl_episodes.episode_batch`: turns from `response_mask`, turn rewards and the
+    episode's reward from the scores), per-token advantages as credo's estimator gives them. Reset and revision
+    methods: the agent loop already ran credo's estimator on the whole group, and each row's score *is* its
+    advantage, spread over `response_mask` (the row's trained tokens); scores that do not add up to 0 over a
+    prompt's rows are a `ValueError` (rewards from another agent loop, read as advantages, would train silently
+    wrong)."""
     precredited = method.sampler.verl_agent_loop is not None
+    batch_of = advantage_batch
+    if reads_turns(method):
+        from credo.integrations.verl_episodes import episode_batch as batch_of
 
     def compute(token_level_rewards: Tensor, response_mask: Tensor, index: Sequence[Any] | None = None,
                 config: Any = None, **kwargs: Any) -> tuple[Tensor, Tensor]:
@@ -352,15 +398,29 @@ def advantage_fn(method: Method, *, verl_single_rows: bool = False) -> Callable[
                 raise ValueError(f"credo estimator {method.name!r} needs verl's `index` (prompt uids) to form groups")
             estimator = method.estimator
             if config is not None and not config.get("norm_adv_by_std_in_grpo", True):
+                why = std_switch_refusal(method)
+                if why is not None:
+                    raise ValueError(why)
                 estimator = dataclasses.replace(estimator, scale="none")
-            credited, _ = estimator(advantage_batch(token_level_rewards, response_mask, index))
-            advantages = single_row_advantages(estimator, credited) if verl_single_rows else credited.advantages
+            credited, _ = estimator(batch_of(token_level_rewards, response_mask, index))
+            verl_rows = verl_single_rows and isinstance(estimator, GroupAdvantage)  # verl's rule is its GRPO's
+            advantages = single_row_advantages(estimator, credited) if verl_rows else credited.advantages
         advantages = advantages.to(token_level_rewards.dtype)
         return advantages, advantages
 
     compute.credo_method, compute.method = method.name, method
     compute.__name__ = compute.__qualname__ = f"credo_{method.name}_advantage"
     return compute
+
+
+def std_switch_refusal(method: Method) -> str | None:
+    """Why `algorithm.norm_adv_by_std_in_grpo=False` cannot apply to `method`'s estimator (it has no `scale` switch
+    to turn the std scaling off), or None if it can."""
+    if "scale" in {f.name for f in dataclasses.fields(method.estimator)}:
+        return None
+    return (f"algorithm.norm_adv_by_std_in_grpo=False: credo estimator {_verl_name(method.name)!r} has no std-scaling "
+            f"switch to turn off ({type(method.estimator).__name__}); set it to True (the method's own switches: "
+            "credo.integrations.verl.register_method(..., estimator={...}))")
 
 
 def single_row_advantages(estimator: GroupAdvantage, batch: RolloutBatch) -> Tensor:
@@ -471,6 +531,11 @@ def validate_config(config: Any) -> None:
     loss = _registered_method(config, LOSS_KEY, core.POLICY_LOSS_REGISTRY)
     if loss is not None:
         check_agg(loss, _select(config, AGG_KEY))
+    if (estimator is not None and estimator.sampler.verl_agent_loop is None
+            and _select(config, "algorithm.norm_adv_by_std_in_grpo") is False):
+        why = std_switch_refusal(estimator)
+        if why is not None:
+            raise ValueError(why)
     check_agent_loop(config, estimator)
 
 
@@ -499,13 +564,32 @@ def check_agent_loop(config: Any, estimator: Method | None) -> None:
     each row with its advantage, which only that estimator reads as one (verl's would normalise it again).
     Such a run also needs rewards without verl's in-reward KL penalty, verl's v1 trainer (which keeps a
     prompt's sessions in one worker) and `rollout.n` sessions that make one group (the agent loop's
-    `check_sessions`)."""
+    `check_sessions`). A turn-level estimator (`reads_turns`) runs with credo's episode agent loop (the layout of
+    its rows' scores is what it reads), with neither an in-reward KL penalty nor the v0 trainer; the episode loop
+    runs with any estimator but a reset or revision one (an outcome estimator reads the rows' summed scores:
+    the episode's reward plus its turn rewards), on verl's v1 trainer."""
     loop_name, estimator_name = _select(config, AGENT_LOOP_KEY), _select(config, ESTIMATOR_KEY)
     loop = _credo_agent_loop(config, loop_name)
     precredited = estimator is not None and estimator.sampler.verl_agent_loop is not None
+    episodes = loop is not None and loop.get("_target_") == EPISODE_LOOP_TARGET
+    turns = estimator is not None and reads_turns(estimator)
+    if turns and not episodes:
+        raise ValueError(f"{AGENT_LOOP_KEY}={loop_name}: credo estimator {estimator_name!r} reads each row's turns and "
+                         f"turn rewards from credo's episode agent loop; set {AGENT_LOOP_KEY}={EPISODE_LOOP} (rows "
+                         "made by credo.integrations.verl_episodes.episode_rows)")
+    if episodes and not precredited:
+        if turns and _select(config, "algorithm.use_kl_in_reward"):
+            raise ValueError(f"algorithm.use_kl_in_reward=True: credo estimator {estimator_name!r} reads each turn's "
+                             "reward from the rows' scores, which an in-reward KL penalty would change; set it to "
+                             "False (actor_rollout_ref.actor.use_kl_loss adds a KL loss instead)")
+        if not _select(config, "trainer.use_v1"):
+            raise ValueError(f"trainer.use_v1=False: credo's agent loop {loop_name!r} lays each episode's turn "
+                             "rewards out in its row's scores, which only verl's v1 trainer keeps; set "
+                             "trainer.use_v1=True")
+        return
     if loop is None and not precredited:
         return
-    if precredited and (loop is None or loop["method"] != estimator.name):
+    if precredited and (loop is None or loop.get("method") != estimator.name):
         raise ValueError(f"{AGENT_LOOP_KEY}={loop_name}: credo estimator {estimator_name!r} reads each row's advantage "
                          f"from credo's {estimator.name} agent loop; set {AGENT_LOOP_KEY}={estimator_name}")
     if not precredited:
@@ -536,7 +620,8 @@ def _credo_agent_loop(config: Any, name: str) -> dict[str, Any] | None:
     entries = {entry.name: entry for entry in OmegaConf.load(resolve_config_path(path))} if path else {}
     entry = entries.get(name, _agent_loop_registry.get(name))
     entry = OmegaConf.to_container(entry, resolve=True) if OmegaConf.is_config(entry) else entry
-    return entry if entry is not None and entry.get("_target_") in agent_loop_targets() else None
+    credo = agent_loop_targets() | {EPISODE_LOOP_TARGET}
+    return entry if entry is not None and entry.get("_target_") in credo else None
 
 
 def hook_validate_config() -> None:

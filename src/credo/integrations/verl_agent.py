@@ -33,6 +33,7 @@ per row), so the agent loop's `edit_mask` option defaults to "off".
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import importlib.util
 import inspect
@@ -46,7 +47,7 @@ import torch
 
 from credo.extras import require
 from credo.methods import Method, get_method
-from credo.rollout.generate import Completions, encode_prompts
+from credo.rollout.generate import Completions, cut_response, encode_prompts
 from credo.rollout.groups import Rollout
 from credo.rollout.reset_plan import SPLITS
 from credo.rollout.samplers import RolloutConfig
@@ -90,23 +91,33 @@ class VerlBackend:
         self.prompts = {tuple(k): list(v) for k, v in prompts.items()}
         self.response_length = response_length
         self.params = {k: v for k, v in (sampling_params or {}).items()
-                       if k not in ("temperature", "top_p", "logprobs", "max_tokens", "max_new_tokens")}
+                       if k not in ("temperature", "top_p", "logprobs", "max_tokens", "max_new_tokens", "stop",
+                                    "include_stop_str_in_output")}
         self.requests = 0
         eos = tokenizer.eos_token_id
         self.eos = set(eos if isinstance(eos, list) else [eos]) - {None}
         self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (min(self.eos) if self.eos else 0)
 
     def generate(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, temperature: float = 1.0,
-                 top_p: float = 1.0, greedy: bool = False, repeat: int = 1) -> Completions:
+                 top_p: float = 1.0, greedy: bool = False, repeat: int = 1,
+                 stop: Sequence[str] | None = None) -> Completions:
+        """`repeat` responses per prompt from verl's servers; with `stop` (a multi-turn episode's turn marker) each
+        ends at the end of the first stop string, kept: the servers are asked to stop there (vLLM's `stop`,
+        `include_stop_str_in_output`) and every reply is cut there as credo's own backends cut (`cut_response`)."""
         requests = [self.prompts.get(tuple(p), list(p)) for p in prompts for _ in range(repeat)]
         budgets = [max(1, min(max_new_tokens, self._left(r))) for r in requests]
         params = dict(self.params, temperature=0.0 if greedy else temperature, top_p=1.0 if greedy else top_p,
                       logprobs=False)
         if greedy:
             params["top_k"] = -1
-        outputs = asyncio.run_coroutine_threadsafe(self._generate(requests, budgets, params), self.loop).result()
+        if stop:
+            params.update(stop=list(stop), include_stop_str_in_output=True)
+        outputs = on_loop(self._generate(requests, budgets, params), self.loop)
         responses = [list(o.token_ids)[:budget] for o, budget in zip(outputs, budgets)]
         truncated = [len(r) >= budget and (not r or r[-1] not in self.eos) for r, budget in zip(responses, budgets)]
+        if stop:
+            cut = [cut_response(r, self.eos, self.pad, self.tokenizer, list(stop)) for r in responses]
+            responses, truncated = [r for r, _ in cut], [not ended and t for (_, ended), t in zip(cut, truncated)]
         texts = [self.tokenizer.decode(r, skip_special_tokens=True) for r in responses]
         return Completions.from_lists(requests, responses, texts, truncated, self.pad)
 
@@ -146,7 +157,7 @@ class VerlTask(Task):
         if inspect.isawaitable(result):
             if self.loop is None:
                 raise ValueError("an async reward function needs the agent loop's event loop")
-            result = asyncio.run_coroutine_threadsafe(_awaited(result), self.loop).result()
+            result = on_loop(_awaited(result), self.loop)
         if isinstance(result, Mapping):
             score = float(result["score"])
             correct = bool(result["acc"]) if "acc" in result else score >= self.correct_at
@@ -158,6 +169,20 @@ class VerlTask(Task):
 
 async def _awaited(awaitable: Any) -> Any:
     return await awaitable
+
+
+def on_loop(coroutine: Any, loop: asyncio.AbstractEventLoop, poll_s: float = 1.0) -> Any:
+    """The result of `coroutine` run on the agent-loop worker's event loop `loop`, from a worker thread. A
+    `RuntimeError` if the loop stops first (its worker shut down, a failed session's caller returned): a thread
+    waiting on a coroutine that a stopped loop never runs would wait, and block the process's exit, for ever."""
+    future = asyncio.run_coroutine_threadsafe(coroutine, loop)
+    while True:
+        try:
+            return future.result(timeout=poll_s)
+        except concurrent.futures.TimeoutError:
+            if not loop.is_running():
+                future.cancel()
+                raise RuntimeError("the agent loop's event loop stopped while credo waited on it") from None
 
 
 class _OneProblem:
