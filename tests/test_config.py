@@ -174,7 +174,7 @@ def test_several_errors_are_all_listed():
 
 def test_unknown_method_and_switches():
     message = config_error(["method=gpro"])
-    assert "  method: unknown method 'gpro'; valid names: dapo, dr_grpo, fr3e, grpo, grpo_lambda" in message
+    assert "  method: unknown method 'gpro'; valid names: dapo, dr_grpo, fr3e, gigpo, grpo, grpo_lambda" in message
     message = config_error(["loss.lamb=0.9"])
     assert re.search(r"  loss: unknown switch\(es\) lamb of grpo's loss \(PPOClipLoss\); allowed: .*\bclip_high\b",
                      message), message
@@ -188,7 +188,7 @@ def test_unknown_method_and_switches():
 
 
 def test_unknown_task_and_task_options():
-    assert "  task: unknown task 'arithm'; valid names: arith, calculator, jsonl, dataset, reasoning_gym:<dataset>" in config_error(["task.name=arithm"])
+    assert "  task: unknown task 'arithm'; valid names: arith, calculator, jsonl, dataset, guessing, reasoning_gym:<dataset>" in config_error(["task.name=arithm"])
     message = config_error(["task.max_stepz=4"])
     assert re.search(r"task: max_stepz: unknown key; allowed here: reward, correct_at, name, min_steps, max_steps, .*noise", message), message
     assert "task: noise.p_misc: Input should be less than or equal to 1" in config_error(["task.noise.p_misc=2"])

@@ -336,9 +336,10 @@ class RunConfig(Section):
     @model_validator(mode="after")
     def _method(self) -> RunConfig:
         method = get_method(self.method, estimator=self.credit, loss=self.loss)
-        checks_steps = task_class(self.task["name"]).checks_steps
+        task_type = task_class(self.task["name"])
+        checks_steps = task_type.checks_steps
         try:
-            method.check_run(self.rollout, checks_steps)
+            method.check_run(self.rollout, checks_steps, task_type.multi_turn)
         except ValueError as error:
             task = f"task {self.task['name']}" + ("" if checks_steps else " has no step checker")
             raise ValueError(f"{error} ({task})") from None

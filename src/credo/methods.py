@@ -30,7 +30,9 @@ from credo.credit import (
 from credo.credit.base import CreditEstimator, Metrics
 from credo.credit.entropy_weights import EntropyWeightedAdvantage
 from credo.credit.fr3e import FirstReturnAdvantage
+from credo.credit.gigpo import GiGPOAdvantage
 from credo.credit.key_tokens import KeyTokenAdvantage
+from credo.credit.mt_grpo import MTGRPOAdvantage
 from credo.credit.spo import SegmentAdvantage, TreeEdgeAdvantage
 from credo.credit.token_baseline import OptimalTokenBaseline
 from credo.credit.vine import VineAdvantage
@@ -55,6 +57,7 @@ FAMILIES: dict[str, str] = {
     "revision": "counterfactual revisions of failed rollouts shape rewards and mask tokens",
     "value": "step values estimated by sampling continuations from the states between thoughts or segments (Monte "
              "Carlo)",
+    "turn": "credit per turn of a multi-turn episode from the environment's turn rewards or states",
     "oracle": "credit from a task's step checker: the yardsticks",
 }
 """The method families (`Method.family`), each in one phrase."""
@@ -64,6 +67,9 @@ BRIEF_CHARS = 50
 
 STEP_CHECKER_FIELDS = frozenset({"blame_start", "thought_ids", "thought_wrong"})
 """The batch fields credo's trainer fills from a task's step checker (`Task.checks_steps`)."""
+ENVIRONMENT_FIELDS = frozenset({"turn_anchor", "turn_reward"})
+"""The batch fields only a task's environment fills (`Task.environment`: multi-turn episodes, whose turns also fill
+`STEP_CHECKER_FIELDS`, `credo.rollout.episodes.Episodes.token_fields`)."""
 TRAINER_FIELDS = frozenset({"correct", "ref_logp", *STATISTICS})
 """Optional batch fields credo's trainer fills for any method (the verdicts; the behaviour policy's per-token
 statistics, `credo.logprobs.STATISTICS`: entropies and sums of squared probabilities, scored before credit when
@@ -130,13 +136,14 @@ class Method:
         """What a runner that fills `available` lacks for this method, each as "field (its source)"."""
         return [f"{field} ({FIELD_SOURCES[field]})" for field in sorted(self.needs - available)]
 
-    def check_run(self, options: RolloutConfig, checks_steps: bool) -> None:
+    def check_run(self, options: RolloutConfig, checks_steps: bool, multi_turn: bool = False) -> None:
         """A `ValueError` unless credo's trainer can run the method with these sampling options on a task that
-        has a step checker (`checks_steps`) or not."""
-        missing = self.missing(TRAINER_FIELDS | (STEP_CHECKER_FIELDS if checks_steps else set()))
+        has a step checker (`checks_steps`) or not, and whose responses are multi-turn episodes or not."""
+        episodes = STEP_CHECKER_FIELDS | ENVIRONMENT_FIELDS if multi_turn else set()  # `Episodes.token_fields`
+        missing = self.missing(TRAINER_FIELDS | (STEP_CHECKER_FIELDS if checks_steps else set()) | episodes)
         if missing:
             raise ValueError(f"method {self.name} needs {'; '.join(missing)}, which this run does not provide")
-        self.sampler.check(options, checks_steps)
+        self.sampler.check(options, checks_steps, multi_turn)
 
     def for_run(self, options: RolloutConfig) -> Method:
         """The method with the estimator switches its sampler's options imply (the `nomask` split)."""
@@ -206,7 +213,9 @@ def needs_in_brief(method: Method) -> str:
     """What a runner must fill for `method` (`Method.needs`) in a few words: "a step checker" for the step
     checker's fields, each other field by its name ("entropy", "ref_logp"); "-" for nothing."""
     words = ["a step checker"] if method.needs & STEP_CHECKER_FIELDS else []
-    return ", ".join(words + sorted(method.needs - STEP_CHECKER_FIELDS)) or "-"
+    if method.needs & ENVIRONMENT_FIELDS:  # an environment's episodes fill the step checker's fields too
+        words = ["an environment"]
+    return ", ".join(words + sorted(method.needs - STEP_CHECKER_FIELDS - ENVIRONMENT_FIELDS)) or "-"
 
 
 def needs_in_full(method: Method) -> str:
@@ -365,4 +374,18 @@ _add(Method(
     "rewards divided by exp of its Monte-Carlo value change",
     FR3ESampler(), FirstReturnAdvantage(), PPOClipLoss(clip_high=0.3, agg="token_mean"),
     brief="branches at high-entropy tokens; value-scaled",
+))
+_add(Method(
+    "mt_grpo", "turn", "2505.11821",
+    "MT-GRPO: an episode's first turn also gets its group-normalised turn reward (lambda 1, the public code's v1; "
+    "turns: all credits every turn's turn rewards to go against its state's baseline); token-mean PPO clip",
+    GroupSampler(), MTGRPOAdvantage(), PPOClipLoss(agg="token_mean"),
+    brief="adds a group-normalised turn reward per turn",
+))
+_add(Method(
+    "gigpo", "turn", "2505.10978",
+    "GiGPO: each turn of an episode gets its episode's group-relative return plus its discounted return relative to "
+    "the turns its prompt's episodes took from the same environment state (tasks with an environment)",
+    GroupSampler(), GiGPOAdvantage(), PPOClipLoss(agg="token_mean"),
+    brief="episode advantage + anchor-state step advantage",
 ))

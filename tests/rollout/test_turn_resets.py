@@ -254,8 +254,23 @@ def test_the_random_localiser_resets_to_a_uniformly_drawn_turn(monkeypatch):
 
 @pytest.mark.parametrize("localiser", ["self", "sampled"])
 def test_localisers_that_cannot_read_turns_refuse(localiser):
-    with pytest.raises(ValueError, match=f"localiser = '{localiser}' cannot localise the turns"):
+    with pytest.raises(ValueError, match=f"localiser = '{localiser}' cannot localise a wrong turn"):
         resets(localiser)
+
+
+@pytest.mark.parametrize("overrides, refusal", [
+    (["method=srpo"], "localiser = 'self' cannot localise a wrong turn"),
+    (["rollout.resets.localiser=sampled"], "localiser = 'sampled' cannot localise a wrong turn"),
+    (["method=vine"], "the vine sampler draws single responses, not multi-turn episodes"),
+    (["method=ibpo"], "the revisions sampler draws single responses, not multi-turn episodes"),
+])
+def test_a_multi_turn_task_refuses_what_cannot_draw_its_episodes_when_the_config_loads(overrides, refusal):
+    """Before any model loads: samplers that draw single responses, and localisers that cannot read turns, are
+    refused on a multi-turn task (the calculator), naming why and the task."""
+    from credo.config import ConfigError
+
+    with pytest.raises(ConfigError, match=refusal + r".*task calculator"):
+        load_config("configs/testbed/agent/rrpo.yaml", overrides)
 
 
 @pytest.mark.parametrize("name, localiser", [("rrpo", None), ("srpo_oracle", "oracle")])

@@ -93,6 +93,9 @@ class Task(Protocol):
     """The task's multi-turn side (`credo.tasks.environment`): None for a single-turn task, whose responses are
     sampled whole and verified; else each response is an episode of turns that the environment answers and scores
     (`credo.rollout.episodes`)."""
+    multi_turn: bool = False
+    """The class's tasks have an environment (known before one is built: a config's validation asks the samplers
+    whether they draw episodes)."""
 
     def train_problems(self, seed: int, start: int = 0) -> Iterator[Problem]:
         """An endless, seeded stream of training problems, resumable at position `start`."""

@@ -91,6 +91,7 @@ class CalculatorTask(ArithTask):
     `PROMPT_PREFIX`."""
 
     name = "calculator"
+    multi_turn = True
     Config = CalculatorConfig
 
     def __init__(self, config: CalculatorConfig | None = None) -> None:

@@ -94,6 +94,7 @@ class GuessingTask(Task):
 
     name = "guessing"
     checks_steps = True
+    multi_turn = True
     Config = GuessingConfig
 
     def __init__(self, config: GuessingConfig | None = None) -> None:

@@ -49,13 +49,19 @@ class Sampler:
     """The class of its own options, the section `rollout.<name>` (None: only `rollout:`'s general keys)."""
     dapo_options: ClassVar[bool] = True
     """It draws its groups with the group sampler, so DAPO's `dynamic_sampling` and `overlong_buffer` apply."""
+    episodes: ClassVar[bool] = False
+    """It draws multi-turn episodes where the task has an environment (`credo.rollout.episodes`), branching or
+    resetting at turn boundaries; else it draws single responses only and refuses a multi-turn task."""
 
     def sample(self, backend: GenerationBackend, task: Task, stream: ProblemStream, options: RolloutConfig) -> Rollout:
         """One rollout batch of `options.prompts_per_step` prompts."""
         raise NotImplementedError
 
-    def check(self, options: RolloutConfig, checks_steps: bool) -> None:
-        """A `ValueError` naming the key if `options` cannot run on a task (with a step checker or not)."""
+    def check(self, options: RolloutConfig, checks_steps: bool, multi_turn: bool = False) -> None:
+        """A `ValueError` naming the key if `options` cannot run on a task (with a step checker or not, multi-turn
+        or not)."""
+        if multi_turn and not self.episodes:
+            raise ValueError(f"the {self.name} sampler draws single responses, not multi-turn episodes")
         if not self.dapo_options:
             for key, off in (("dynamic_sampling", False), ("overlong_buffer", None)):
                 if getattr(options, key) != off:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 class GroupSampler(Sampler):
     name: ClassVar[str] = "groups"
     draws: ClassVar[str] = "i.i.d. groups of responses per prompt"
+    episodes: ClassVar[bool] = True
 
     def sample(self, backend: GenerationBackend, task: Task, stream: ProblemStream, options: RolloutConfig) -> Rollout:
         return sample_groups(backend, task, stream, options)

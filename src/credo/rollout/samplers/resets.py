@@ -61,6 +61,13 @@ TURN_REFUSALS: dict[str, str] = {
 """Why a localiser cannot find an episode's first wrong turn (the others can: `random`, `oracle`)."""
 
 
+def check_turn_localiser(localiser: str) -> None:
+    """A `ValueError` if `localiser` cannot find the first wrong turn of a multi-turn episode (`TURN_REFUSALS`)."""
+    if localiser in TURN_REFUSALS:
+        raise ValueError(f"rollout.resets.localiser = {localiser!r} cannot localise a wrong turn of a multi-turn "
+                         f"episode: {TURN_REFUSALS[localiser]} (use 'oracle' or 'random')")
+
+
 class ResetConfig(Section):
     """Options of the reset sampler of RRPO/SRPO (`rollout.resets`)."""
 
@@ -154,9 +161,8 @@ def sample_resets(backend: GenerationBackend, task: Task, stream: ProblemStream,
     """`config.prompts_per_step` prompts' reset groups as one rollout (see the module docstring)."""
     resets: ResetConfig = config.resets
     split = SPLITS[resets.split]
-    if task.environment is not None and localiser in TURN_REFUSALS:
-        raise ValueError(f"rollout.resets.localiser = {localiser!r} cannot localise the turns of {task.name}'s "
-                         f"episodes: {TURN_REFUSALS[localiser]} (use 'oracle' or 'random')")
+    if task.environment is not None:
+        check_turn_localiser(localiser)
     problems = stream.take(config.prompts_per_step)
     prompts = encode_prompts(backend.tokenizer, [p.prompt for p in problems])
     cost = Counter()
@@ -357,6 +363,7 @@ class ResetSampler(Sampler):
     verl_agent_loop: ClassVar[str | None] = "ResetAgentLoop"
     options: ClassVar[type[Section] | None] = ResetConfig
     dapo_options: ClassVar[bool] = False
+    episodes: ClassVar[bool] = True
 
     localiser: str = "random"
     """The first-wrong-thought localiser (random | self | oracle | sampled); `rollout.resets.localiser` overrides it."""
@@ -372,9 +379,11 @@ class ResetSampler(Sampler):
     def sample(self, backend: GenerationBackend, task: Task, stream: ProblemStream, options: RolloutConfig) -> Rollout:
         return sample_resets(backend, task, stream, options, self.localiser_for(options))
 
-    def check(self, options: RolloutConfig, checks_steps: bool) -> None:
-        super().check(options, checks_steps)
+    def check(self, options: RolloutConfig, checks_steps: bool, multi_turn: bool = False) -> None:
+        super().check(options, checks_steps, multi_turn)
         localiser = self.localiser_for(options)
+        if multi_turn:
+            check_turn_localiser(localiser)
         oracle = localiser == "oracle"
         if oracle and not checks_steps:
             raise ValueError("rollout.resets.localiser = 'oracle' needs a task with a step checker")

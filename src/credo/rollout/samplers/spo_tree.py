@@ -324,8 +324,8 @@ class SpoTreeSampler(Sampler):
     def sample(self, backend: GenerationBackend, task: Task, stream: ProblemStream, options: RolloutConfig) -> Rollout:
         return sample_spo_tree(backend, task, stream, options)
 
-    def check(self, options: RolloutConfig, checks_steps: bool) -> None:
-        super().check(options, checks_steps)
+    def check(self, options: RolloutConfig, checks_steps: bool, multi_turn: bool = False) -> None:
+        super().check(options, checks_steps, multi_turn)
         if options.backend == "vllm":
             raise ValueError("the spo_tree sampler masks by the sampled tokens' probabilities, which rollout.backend "
                              "= vllm does not record (top-k log-probs only); use rollout.backend = transformers")
