@@ -28,12 +28,14 @@ LONG_FIRST = LONG.model_copy(update={"model": LONG.model.model_copy(update={"num
 HEADROOM = TestbedConfig(**functools.reduce(deep_merge, (read_config_file(Path(f"configs/testbed/headroom/{layer}.yaml"))
                                                          for layer in ("regime", "k100", "n8", "p06")))["model"]["testbed"])
 """The headroom study's regime, k100-n8-p06 (docs/results/headroom/plan.md, amendment 2)."""
+AGENT = TestbedConfig(**load_config("configs/testbed/agent/grpo.yaml").model.testbed)
+"""The agent testbed's model: the calculator's episodes (configs/testbed/agent/regime.yaml)."""
 
 
-def test_the_default_hard_no_cancel_long_and_headroom_models_ship_with_every_file_hashed():
+def test_the_default_hard_no_cancel_long_headroom_and_agent_models_ship_with_every_file_hashed():
     manifest = json.loads((SHIPPED / "manifest.json").read_text())
     assert set(manifest) == {DEFAULT.digest(), HARD.digest(), NO_CANCEL.digest(), LONG.digest(), LONG_FIRST.digest(),
-                             HEADROOM.digest()}
+                             HEADROOM.digest(), AGENT.digest()}
     for digest, files in manifest.items():
         assert {p.name for p in (SHIPPED / digest).iterdir()} == set(files)
         assert "model.safetensors" in files and "tokenizer.json" in files
@@ -49,6 +51,7 @@ def test_the_shipped_names_stay_when_the_task_gains_options():
     sdpa = HARD.model_copy(update={"model": HARD.model.model_copy(update={"attn_implementation": "sdpa"})})
     assert sdpa.digest() != HARD.digest()
     assert (LONG.digest(), LONG_FIRST.digest(), HEADROOM.digest()) == ("f8e08f26144d", "e31d693ea585", "acbe2fd04ad0")
+    assert AGENT.digest() == "7b0602f5d370"
 
 
 def test_a_first_use_copies_the_verified_shipped_model_into_the_cache(tmp_path, monkeypatch):

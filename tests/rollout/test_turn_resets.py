@@ -276,7 +276,7 @@ def test_a_multi_turn_task_refuses_what_cannot_draw_its_episodes_when_the_config
 @pytest.mark.parametrize("name, localiser", [("rrpo", None), ("srpo_oracle", "oracle")])
 def test_the_agent_testbed_s_reset_configs(name, localiser):
     config = load_config(f"configs/testbed/agent/{name}.yaml")
-    assert config.task["name"] == "calculator" and config.rollout.max_new_tokens == 96
+    assert config.task["name"] == "calculator" and config.rollout.max_new_tokens == 128
     assert config.rollout.resets.localiser == localiser and config.rollout.resets.split == "1x4"
     assert config.method == ("rrpo" if name == "rrpo" else "srpo")
 
