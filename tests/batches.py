@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from credo.batch import RolloutBatch
+from credo.demo import thoughts_as_turns
 
 
 def random_batch(
@@ -15,7 +16,9 @@ def random_batch(
     dtype: torch.dtype = torch.float32,
     binary_rewards: bool = True,
 ) -> RolloutBatch:
-    """A batch with every optional field a method may read, shuffled group ids and ragged rows."""
+    """A batch with every optional field a method may read, shuffled group ids and ragged rows; its thoughts are also
+    the turns of multi-turn episodes (`credo.demo.thoughts_as_turns`: anchor states shared within a group and lone
+    ones, no turn rewards, so the turn-level methods' credit is the outcome's)."""
     gen = torch.Generator().manual_seed(seed)
     if group_sizes is None:
         num_groups = int(torch.randint(1, 5, (1,), generator=gen))
@@ -60,7 +63,7 @@ def random_batch(
     fields.update(sum_pi_squared=torch.where(response_mask, pi.square() + spread, 0.0))
     fields.update(branch_id=ids[perm] % 3)  # FR3E: the kept response whose state a row continues
     fields.update(edge_mask=response_mask & (torch.rand(B, T, generator=gen) < 0.6))  # SPO-tree: carried edges
-    return RolloutBatch(**fields, blame_start=blame.clamp(max=lengths))
+    return thoughts_as_turns(RolloutBatch(**fields, blame_start=blame.clamp(max=lengths)))
 
 
 def moved_logp(batch: RolloutBatch, seed: int, drift: float = 0.3) -> torch.Tensor:

@@ -10,7 +10,10 @@ a token receives is `-B * dLoss/dlogp` (`credo.diagnostics`): positive pushes it
   KTAE's key tokens (a failure's token whose presence goes with success in its group, key-token value > 0;
   docs/methods.md sec. 9), per-decision blame (`oracle_steps`: a failure's thoughts the step checker judges
   right), and the Monte-Carlo step values (vine, SPO-chain, SPO-tree: a failure's step that
-  raised its estimated value; sec. 8 and 11).
+  raised its estimated value; sec. 8 and 11). The turn-level methods (MT-GRPO, GiGPO) are held to the rule without
+  an exception: `random_batch`'s episodes carry no turn rewards, and with none their credit is the outcome's (a
+  failure's episode and step returns are 0, at or below any group's or anchor state's mean). A failed turn whose turn
+  reward beats its group's may gain (sec. 13 and 14); no batch here gives turn rewards.
 - IBPO: the edited tokens of a repaired failure are never credited, its unedited tokens never blamed.
 - P-/S-trace (default): no token's own ratio outside PPO's clip range carries a gradient in the direction
   that takes it further out, and the history reweights a token's gradient by at most `history_cap`.

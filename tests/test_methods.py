@@ -27,17 +27,6 @@ def method_for_padding(name):
     return get_method(name, loss={"norm_len": 48}) if name == "dr_grpo" else get_method(name)
 
 
-def with_turns(batch: RolloutBatch) -> RolloutBatch:
-    """The batch as multi-turn episodes for the turn-level methods (family `turn`), where it has no turn fields: its
-    thoughts as turns, each taken from a state numbered by its turn index and its row's parity (states shared within
-    a group, and lone ones), and no turn rewards (the properties below are the outcome's)."""
-    if batch.turn_anchor is not None:
-        return batch
-    parity = (torch.arange(batch.size) % 2).unsqueeze(1)
-    anchor = torch.where(batch.response_mask, 2 * batch.thought_ids + parity, -1)
-    return batch.replace(turn_anchor=anchor, turn_reward=torch.zeros_like(batch.old_logp))
-
-
 def pad_batch(batch: RolloutBatch, extra: int) -> RolloutBatch:
     fields = {}
     recorded = [name for name, field in RECORDED.items() if field.shape == "token" and getattr(batch, name) is not None]
@@ -55,7 +44,7 @@ def pad_batch(batch: RolloutBatch, extra: int) -> RolloutBatch:
 @pytest.mark.parametrize("name", ALL)
 def test_padding_never_changes_a_result(seed, name):
     method = method_for_padding(name)
-    batch = with_turns(random_batch(seed, dtype=torch.float64))
+    batch = random_batch(seed, dtype=torch.float64)
     padded = pad_batch(batch, 13)
     credited, metrics = method.credit(batch)
     credited_padded, metrics_padded = method.credit(padded)
@@ -73,7 +62,7 @@ def test_padding_never_changes_a_result(seed, name):
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("name", ALL)
 def test_groups_with_equal_rewards_give_exactly_zero_gradient(seed, name):
-    batch = with_turns(random_batch(seed, dtype=torch.float64))
+    batch = random_batch(seed, dtype=torch.float64)
     level = torch.tensor([0.0, 1.0, 0.5, 0.0], dtype=torch.float64)
     _, group_index = torch.unique(batch.group_id, return_inverse=True)
     rewards = level[group_index % 4]  # every group constant, groups at different levels
@@ -94,7 +83,7 @@ def test_groups_with_equal_rewards_give_exactly_zero_gradient(seed, name):
 @pytest.mark.parametrize("name", ALL)
 def test_gradcheck_float64(seed, name, monkeypatch):
     method = get_method(name)
-    batch = with_turns(random_batch(seed, dtype=torch.float64, group_sizes=(3, 4), width=9))
+    batch = random_batch(seed, dtype=torch.float64, group_sizes=(3, 4), width=9)
     credited, _ = method.credit(batch)
     logp = moved_logp(credited, seed, drift=0.1)
     if isinstance(method.loss, TraceLoss):

@@ -1,9 +1,11 @@
 """The NaN / explosion guard: a non-finite log-prob, loss or gradient, or a gradient norm over
 `train.max_grad_norm`, skips the update; `train.max_nan_steps` bad steps in a row stop the run with a one-line
-message naming the step and the last checkpoint, which stays intact. On every method, on-policy or not."""
+message naming the step and the last checkpoint, which stays intact. On every method, on-policy or not; the methods
+that need a task's environment (turn-level credit) on the calculator's episodes."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -14,10 +16,11 @@ from tiny import TINY
 import credo.train as trainer_module
 from credo.config import load_config
 from credo.losses import LossOutput
-from credo.methods import METHODS, Method
+from credo.methods import ENVIRONMENT_FIELDS, METHODS, Method
 from credo.models import load_model
 from credo.tasks import Verdict
 from credo.tasks.arith import ArithTask
+from credo.tasks.calculator import CalculatorEnvironment
 from credo.train import TrainingDiverged, train
 
 QUICK = TINY + ["eval.greedy=false", "eval.samples=0", "eval.ks=[1]", "train.checkpoint_every=1",
@@ -25,9 +28,21 @@ QUICK = TINY + ["eval.greedy=false", "eval.samples=0", "eval.ks=[1]", "train.che
                 "rollout.resets.localiser_max_tokens=8"]
 """Tiny runs without evaluations, a checkpoint after every step (reset methods: fewer draws, short localiser)."""
 
-RUNS = [(name, []) for name in METHODS.names()] + [("gspo", ["optim.minibatches=3"]), ("grpo", ["optim.epochs=2"])]
-"""Every registered method with its defaults (on-policy unless its credit reads entropies), and runs with
-several optimiser steps per rollout batch (a bad step used to count once per mini-batch)."""
+EPISODES = ["task.name=calculator", "task.min_steps=2", "task.max_steps=3", "task.eval_steps=[2]", "task.max_turns=3",
+            "rollout.max_new_tokens=40"]
+"""The calculator's multi-turn episodes, for a method that needs a task's environment (its turns, turn rewards and
+anchor states; arith has none, and such a method is refused there)."""
+
+
+def task_of(name: str) -> list[str]:
+    return EPISODES if METHODS.get(name).needs & ENVIRONMENT_FIELDS else []
+
+
+RUNS = [(name, task_of(name)) for name in METHODS.names()] + [("gspo", ["optim.minibatches=3"]),
+                                                              ("grpo", ["optim.epochs=2"])]
+"""Every registered method with its defaults (on-policy unless its credit reads entropies), each on a task that
+gives what it reads, and runs with several optimiser steps per rollout batch (a bad step used to count once per
+mini-batch)."""
 
 
 def step_records(run_dir) -> list[dict]:
@@ -40,8 +55,16 @@ def weights(run_dir, step: int) -> dict[str, torch.Tensor]:
 
 @pytest.fixture
 def signal(monkeypatch):
-    """Odd-length responses score 1: the tiny model never answers right, and groups need mixed rewards."""
+    """Odd-length responses score 1: the tiny model never answers right, and groups need mixed rewards. On the
+    calculator, whose episodes the tiny model never wins, an odd-length turn earns a turn reward of 1."""
     monkeypatch.setattr(ArithTask, "verify", lambda self, p, r: Verdict(float(len(r) % 2), bool(len(r) % 2)))
+    step_batch = CalculatorEnvironment.step_batch
+
+    def rewarded(self, states, turns):
+        outcomes = step_batch(self, states, turns)
+        return [dataclasses.replace(o, turn_reward=float(len(t) % 2)) for o, t in zip(outcomes, turns, strict=True)]
+
+    monkeypatch.setattr(CalculatorEnvironment, "step_batch", rewarded)
 
 
 def nan_logprobs_at(monkeypatch, bad_steps: set[int]) -> None:

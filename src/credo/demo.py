@@ -14,7 +14,10 @@ Monte-Carlo values drop across each failure's wrong step. The trainer's fields a
 oracle blame, the step checker puts the first wrong step of row 1 at token 3 and of row 3 at token 5, and for
 per-decision blame it judges row 1's last thought right again (three thoughts of two tokens a row); S-trace
 keeps the top-20% entropy tokens; for OTB, each position's sum of squared probabilities puts the mass the sampled
-token leaves on the others at random.
+token leaves on the others at random. For the turn-level methods (MT-GRPO, GiGPO) the three thoughts are an
+episode's turns (`thoughts_as_turns`): all four rows take turn 0 from the environment's start state, rows 0 and 2
+take turn 1 from one state and rows 1 and 3 from another, and each row takes turn 2 from its own; the environment
+gives no turn rewards.
 """
 
 from __future__ import annotations
@@ -44,6 +47,21 @@ class CreditTable:
     later_minibatch: Tensor
 
 
+def thoughts_as_turns(batch: RolloutBatch) -> RolloutBatch:
+    """The batch's thoughts as the turns of multi-turn episodes, where it has no turn fields (`turn_anchor`,
+    `turn_reward`): each row's thought `t` is its turn `t`, and no turn rewards. The rows of a group diverge over
+    the turns: turn 0 is taken from the group's start state, turn `t` from a state shared by the rows whose indices
+    agree modulo `2^t`, so states are shared within a group at early turns and lone at late ones (or where one row
+    alone reached a shared state)."""
+    if batch.turn_anchor is not None:
+        return batch
+    B = batch.size
+    turns = batch.thought_ids.clamp(min=0)
+    branch = torch.arange(B, device=turns.device).unsqueeze(1) % 2 ** turns.clamp(max=B.bit_length())  # (B, T)
+    anchor = torch.where(batch.response_mask, turns * B + branch, -1)
+    return batch.replace(turn_anchor=anchor, turn_reward=torch.zeros_like(batch.old_logp))
+
+
 def toy_batch(method: Method) -> RolloutBatch:
     """The toy group as `method`'s sampler would hand it to the credit estimator."""
     gen = torch.Generator().manual_seed(0)
@@ -53,7 +71,7 @@ def toy_batch(method: Method) -> RolloutBatch:
     entropy = torch.rand(B, TOKENS, generator=gen) * 2.0
     pi = old_logp.exp()  # the sampled token's probability; the rest of the mass spread at random (OTB)
     sum_pi_squared = pi**2 + (1 - pi) ** 2 * torch.rand(B, TOKENS, generator=gen)
-    return RolloutBatch(
+    return thoughts_as_turns(RolloutBatch(
         response_ids=torch.randint(0, 50, (B, TOKENS), generator=gen),
         response_mask=response_mask,
         group_id=torch.zeros(B, dtype=torch.long),
@@ -65,7 +83,7 @@ def toy_batch(method: Method) -> RolloutBatch:
         thought_ids=THOUGHTS.repeat(B, 1),
         thought_wrong=THOUGHTS.repeat(B, 1) == torch.tensor([[-1], [1], [-1], [2]]),
         recorded={name: field.example() for name, field in method.sampler.records.items()},
-    )
+    ))
 
 
 def recorded_on_the_toy_group() -> list[str]:

@@ -54,11 +54,12 @@ FAMILY_COLOURS = {
     "reset": "#009E73",  # bluish green
     "revision": "#CC79A7",  # reddish purple
     "value": "#56B4E9",  # sky blue
+    "turn": "#F0E442",  # yellow
     "oracle": "#000000",  # black
 }
 """Each method family's hue (Okabe-Ito); labels that name no registered method are drawn in greys."""
 FAMILY_NAMES = {"baseline": "blue", "trace": "orange", "token": "vermillion", "reset": "green", "revision": "purple",
-                "value": "sky blue", "oracle": "black"}
+                "value": "sky blue", "turn": "yellow", "oracle": "black"}
 NEUTRAL = ("#4D4D4D", "#8C6D31", "#7F7F7F", "#393B79", "#637939", "#843C39", "#5254A3", "#8CA252", "#BD9E39", "#AD494A")
 """Colours of labels that name no registered method, when every label is such (else they are grey)."""
 LINE_STYLES = ("-", "--", ":", "-.", (0, (5, 1.5, 1, 1.5, 1, 1.5)), (0, (8, 2)))

@@ -143,7 +143,7 @@ def level_batch(seed, width=9):
     batch = random_batch(seed, width=width, dtype=torch.float64, binary_rewards=seed % 2 == 0)
     full = torch.ones(batch.response_mask.shape, dtype=torch.bool)
     return batch.replace(response_mask=full, loss_mask=full, segment_ids=None, step_values=None,
-                         thought_ids=None, thought_wrong=None,
+                         thought_ids=None, thought_wrong=None, turn_anchor=None, turn_reward=None,
                          old_logp=torch.full(full.shape, math.log(0.3), dtype=torch.float64),
                          sum_pi_squared=torch.full(full.shape, 0.25, dtype=torch.float64))
 

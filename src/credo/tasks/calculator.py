@@ -71,8 +71,9 @@ class CalculatorConfig(ArithConfig):
     turn_tokens: int = Field(24, ge=8)
     """The most tokens of one turn (a call of two 6-digit operands fits in 27)."""
     call_reward: float = Field(0.0, ge=0.0)
-    """A call's turn reward when the calculator's result is the chain's true value after the steps taken (MT-GRPO's
-    verifiable turn reward: the gold intermediate value in the tool's result); 0: the environment gives none."""
+    """A call's turn reward when its result is the chain's true value after the steps taken; 0: no turn rewards.
+
+    MT-GRPO's verifiable turn reward: the gold intermediate value in the tool's result."""
 
     @field_validator("reward", mode="before")
     @classmethod

@@ -73,8 +73,9 @@ class GuessingConfig(Section):
     high: int = Field(100, ge=1, le=999_999)
     """The largest secret."""
     max_turns: int | None = Field(None, ge=1)
-    """The most guesses of an episode; None: the minimax number (`minimax_guesses`), so a game is won within it by
-    best guesses only, and each other guess may cost it."""
+    """The most guesses of an episode; None: the minimax number (`minimax_guesses`).
+
+    Under the minimax number a game is won within the limit by best guesses only, and each other guess may cost it."""
     turn_tokens: int = Field(16, ge=4)
     """The most tokens of one guess."""
 
