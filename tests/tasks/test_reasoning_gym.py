@@ -301,7 +301,7 @@ def test_load_config_validates_reasoning_gym_tasks(tmp_path):
     assert "oracle_blame needs blame_start (a task's step checker" in message and "(task reasoning_gym:chain_sum has no step checker)" in message
     assert validate({"task": {"name": "reasoning_gym:chain_sum"}}).task == {"name": "reasoning_gym:chain_sum"}
     with pytest.raises(ConfigError, match=r"task: unknown task 'reasoning-gym:chain_sum'; valid names: arith, "
-                                          r"calculator, jsonl, dataset, reasoning_gym:<dataset>"):
+                                          r"calculator, jsonl, dataset, guessing, reasoning_gym:<dataset>"):
         validate({"task": {"name": "reasoning-gym:chain_sum"}})
 
 
