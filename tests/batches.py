@@ -63,6 +63,7 @@ def random_batch(
     fields.update(sum_pi_squared=torch.where(response_mask, pi.square() + spread, 0.0))
     fields.update(branch_id=ids[perm] % 3)  # FR3E: the kept response whose state a row continues
     fields.update(edge_mask=response_mask & (torch.rand(B, T, generator=gen) < 0.6))  # SPO-tree: carried edges
+    fields.update(tree_id=torch.randint(0, 2, (B,), generator=gen))  # Tree-GRPO: one of two trees of its prompt
     return thoughts_as_turns(RolloutBatch(**fields, blame_start=blame.clamp(max=lengths)))
 
 

@@ -31,11 +31,12 @@ QUICK = TINY + ["eval.greedy=false", "eval.samples=0", "eval.ks=[1]", "train.che
 EPISODES = ["task.name=calculator", "task.min_steps=2", "task.max_steps=3", "task.eval_steps=[2]", "task.max_turns=3",
             "rollout.max_new_tokens=40"]
 """The calculator's multi-turn episodes, for a method that needs a task's environment (its turns, turn rewards and
-anchor states; arith has none, and such a method is refused there)."""
+anchor states, or a sampler that branches at turns; arith has none, and such a method is refused there)."""
 
 
 def task_of(name: str) -> list[str]:
-    return EPISODES if METHODS.get(name).needs & ENVIRONMENT_FIELDS else []
+    method = METHODS.get(name)
+    return EPISODES if method.needs & ENVIRONMENT_FIELDS or method.sampler.needs_environment else []
 
 
 RUNS = [(name, task_of(name)) for name in METHODS.names()] + [("gspo", ["optim.minibatches=3"]),

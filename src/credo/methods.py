@@ -35,6 +35,7 @@ from credo.credit.key_tokens import KeyTokenAdvantage
 from credo.credit.mt_grpo import MTGRPOAdvantage
 from credo.credit.spo import SegmentAdvantage, TreeEdgeAdvantage
 from credo.credit.token_baseline import OptimalTokenBaseline
+from credo.credit.tree_grpo import TreeGroupAdvantage
 from credo.credit.vine import VineAdvantage
 from credo.logprobs import STATISTICS
 from credo.losses import LambdaLoss, LossOutput, PolicyLoss, PPOClipLoss, ReinforceLoss, TraceLoss
@@ -46,6 +47,7 @@ from credo.rollout.samplers.resets import ResetSampler
 from credo.rollout.samplers.revisions import RevisionSampler
 from credo.rollout.samplers.spo_chain import SpoChainSampler
 from credo.rollout.samplers.spo_tree import SpoTreeSampler
+from credo.rollout.samplers.tree import TreeSampler
 from credo.rollout.samplers.vine import VineSampler
 
 FAMILIES: dict[str, str] = {
@@ -98,8 +100,8 @@ class Method:
     sampler: Sampler
     """How rollout batches are drawn (`credo.rollout.samplers.SAMPLERS`): i.i.d. groups (`groups`), resets of
     failed rollouts (`resets`), revisions of failures (`revisions`), Monte-Carlo values of the states between
-    thoughts (`vine`) or at low-probability tokens (`spo_chain`), a tree of segments (`spo_tree`), or
-    continuations from high-entropy tokens (`fr3e`)."""
+    thoughts (`vine`) or at low-probability tokens (`spo_chain`), a tree of segments (`spo_tree`),
+    continuations from high-entropy tokens (`fr3e`), or trees of episodes branching at turn boundaries (`tree`)."""
     estimator: CreditEstimator
     loss: PolicyLoss
 
@@ -388,4 +390,11 @@ _add(Method(
     "the turns its prompt's episodes took from the same environment state (tasks with an environment)",
     GroupSampler(), GiGPOAdvantage(), PPOClipLoss(agg="token_mean"),
     brief="episode advantage + anchor-state step advantage",
+))
+_add(Method(
+    "tree_grpo", "turn", "2509.21240",
+    "Tree-GRPO: 2 trees of episodes per prompt, each branching twice at random turn boundaries; a leaf gets its reward "
+    "normalised among its prompt's leaves plus among its tree's, so shared turns earn their subtree's credit",
+    TreeSampler(), TreeGroupAdvantage(), PPOClipLoss(agg="token_mean"),
+    brief="tree search over turns; prompt + tree advantages",
 ))

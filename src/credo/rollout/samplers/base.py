@@ -52,6 +52,8 @@ class Sampler:
     episodes: ClassVar[bool] = False
     """It draws multi-turn episodes where the task has an environment (`credo.rollout.episodes`), branching or
     resetting at turn boundaries; else it draws single responses only and refuses a multi-turn task."""
+    needs_environment: ClassVar[bool] = False
+    """It draws multi-turn episodes only, and refuses a task without an environment (what it reads is per turn)."""
 
     def sample(self, backend: GenerationBackend, task: Task, stream: ProblemStream, options: RolloutConfig) -> Rollout:
         """One rollout batch of `options.prompts_per_step` prompts."""
@@ -62,6 +64,9 @@ class Sampler:
         or not)."""
         if multi_turn and not self.episodes:
             raise ValueError(f"the {self.name} sampler draws single responses, not multi-turn episodes")
+        if self.needs_environment and not multi_turn:
+            raise ValueError(f"the {self.name} sampler draws multi-turn episodes only: the task needs an environment "
+                             "(a task with `multi_turn`, such as calculator)")
         if not self.dapo_options:
             for key, off in (("dynamic_sampling", False), ("overlong_buffer", None)):
                 if getattr(options, key) != off:
