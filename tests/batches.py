@@ -64,6 +64,8 @@ def random_batch(
     fields.update(branch_id=ids[perm] % 3)  # FR3E: the kept response whose state a row continues
     fields.update(edge_mask=response_mask & (torch.rand(B, T, generator=gen) < 0.6))  # SPO-tree: carried edges
     fields.update(tree_id=torch.randint(0, 2, (B,), generator=gen))  # Tree-GRPO: one of two trees of its prompt
+    gains = (torch.rand(B, T + 1, generator=gen, dtype=dtype) - 0.3).gather(1, segments.clamp(min=0))  # one per turn
+    fields.update(info_gain=torch.where(response_mask, gains, 0.0))  # IGPO: each turn's information gain
     return thoughts_as_turns(RolloutBatch(**fields, blame_start=blame.clamp(max=lengths)))
 
 

@@ -66,6 +66,8 @@ def test_no_method_credits_a_failure_except_ibpo_kept_tokens(name, seed, shape, 
     method = get_method(name)
     if "step_values" in method.reads:  # vine: read before whitening, which shifts every token by the batch mean
         method = method.with_overrides(estimator={"whiten": False})
+    if "info_gain" in method.reads:  # IGPO: outcomes weighed against outcomes only (its paper's joint pool puts a
+        method = method.with_overrides(estimator={"norm": "separate"})  # failure beside gains that may average < 0)
     batch = random_batch(seed, group_sizes=shape, dtype=torch.float64)
     credited, credit = credit_of(method, batch, moved_logp(batch, seed, drift=drift))
     failed = failed_rows(batch).unsqueeze(1) & batch.response_mask  # (B, T)
@@ -76,6 +78,8 @@ def test_no_method_credits_a_failure_except_ibpo_kept_tokens(name, seed, shape, 
         may_gain = loop_step_advantages(batch) > 0
     if "thought_wrong" in method.reads:  # per-decision blame: a failure's right thoughts
         may_gain = ~batch.thought_wrong
+    if "info_gain" in method.reads:  # IGPO: a failure's turn before its answer, by the information it gained
+        may_gain = batch.thought_ids < batch.thought_ids.amax(dim=1, keepdim=True)
     if isinstance(method.estimator, KeyTokenAdvantage):  # KTAE: a failure's token that goes with success
         may_gain = key_token_values(batch.response_ids, batch.response_mask, batch.group_id, ~failed_rows(batch)) > 0
     assert (credit[failed & ~may_gain] <= 1e-12).all(), f"{name} credits a failed response's tokens"

@@ -70,9 +70,13 @@ def test_groups_with_equal_rewards_give_exactly_zero_gradient(seed, name):
     # still gains or loses value inside a group of equal outcomes, and vine credits it by design. Likewise the step
     # checker's verdicts (per-decision blame) agree within each group: every thought of a failure wrong.
     values = torch.where(batch.response_mask, rewards.unsqueeze(1), 0.0)
+    # IGPO's turns gain no information in such a group (each turn's reward is otherwise its gain, by design).
     batch = batch.replace(rewards=rewards, correct=rewards >= 1, revision_success=torch.zeros_like(rewards),
-                          step_values=values, thought_wrong=batch.response_mask & (rewards < 1).unsqueeze(1))
+                          step_values=values, thought_wrong=batch.response_mask & (rewards < 1).unsqueeze(1),
+                          info_gain=torch.zeros_like(batch.info_gain))
     method = get_method(name)
+    if name == "igpo":  # its paper's joint pool puts the outcomes beside the zero gains, and ranks the turns by it
+        method = method.with_overrides(estimator={"norm": "separate"})  # (docs/methods.md sec. 15)
     if getattr(method.estimator, "lone", None) == "score":  # Tree-GRPO's code gives a group of one leaf its raw
         method = method.with_overrides(estimator={"lone": "zero"})  # reward (docs/methods.md sec. 16); credo's rule
     credited, _ = method.credit(batch)

@@ -63,6 +63,10 @@ def test_the_engines_refuse_what_their_interfaces_cannot_carry():
     assert trl_adapter.refusal(get_method("grpo", loss={"kl_beta": 0.1})) is None  # TRL computes them (beta)
     for name in ("grpo", "p_trace", "grpo_lambda", "srpo", "ibpo"):
         assert verl_adapter.refusal(METHODS.get(name)) is None, name
+    # i.i.d. rows whose sampler records more than the rows (IGPO's information gain) need credo's sampler
+    for engine in (trl_adapter.refusal(METHODS.get("igpo")), trl_adapter.refusal(METHODS.get("igpo"), episodes=True),
+                   verl_adapter.refusal(METHODS.get("igpo"))):
+        assert "recording info_gain" in engine
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

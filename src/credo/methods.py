@@ -31,6 +31,7 @@ from credo.credit.base import CreditEstimator, Metrics
 from credo.credit.entropy_weights import EntropyWeightedAdvantage
 from credo.credit.fr3e import FirstReturnAdvantage
 from credo.credit.gigpo import GiGPOAdvantage
+from credo.credit.igpo import IGPOAdvantage
 from credo.credit.key_tokens import KeyTokenAdvantage
 from credo.credit.mt_grpo import MTGRPOAdvantage
 from credo.credit.spo import SegmentAdvantage, TreeEdgeAdvantage
@@ -43,6 +44,7 @@ from credo.registry import Registry
 from credo.rollout.samplers import RolloutConfig, Sampler
 from credo.rollout.samplers.fr3e import FR3ESampler
 from credo.rollout.samplers.groups import GroupSampler
+from credo.rollout.samplers.info_gain import InfoGainSampler
 from credo.rollout.samplers.resets import ResetSampler
 from credo.rollout.samplers.revisions import RevisionSampler
 from credo.rollout.samplers.spo_chain import SpoChainSampler
@@ -215,7 +217,7 @@ def needs_in_brief(method: Method) -> str:
     """What a runner must fill for `method` (`Method.needs`) in a few words: "a step checker" for the step
     checker's fields, each other field by its name ("entropy", "ref_logp"); "-" for nothing."""
     words = ["a step checker"] if method.needs & STEP_CHECKER_FIELDS else []
-    if method.needs & ENVIRONMENT_FIELDS:  # an environment's episodes fill the step checker's fields too
+    if method.needs & ENVIRONMENT_FIELDS or method.sampler.needs_environment:  # episodes fill the checker's fields
         words = ["an environment"]
     return ", ".join(words + sorted(method.needs - STEP_CHECKER_FIELDS - ENVIRONMENT_FIELDS)) or "-"
 
@@ -390,6 +392,13 @@ _add(Method(
     "the turns its prompt's episodes took from the same environment state (tasks with an environment)",
     GroupSampler(), GiGPOAdvantage(), PPOClipLoss(agg="token_mean"),
     brief="episode advantage + anchor-state step advantage",
+))
+_add(Method(
+    "igpo", "turn", "2510.14967",
+    "IGPO: each turn's reward is the rise in the policy's probability of the gold answer across it (the last turn's: "
+    "the outcome), normalised with its group's rewards and summed over the turns to go (tasks with an environment)",
+    InfoGainSampler(), IGPOAdvantage(), PPOClipLoss(agg="token_mean"),
+    brief="information-gain turn rewards, summed to go",
 ))
 _add(Method(
     "tree_grpo", "turn", "2509.21240",

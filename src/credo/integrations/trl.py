@@ -218,6 +218,9 @@ def refusal(method: Method, episodes: bool = False) -> str | None:
     `episodes`: the generation batch is multi-turn episodes (`CredoGRPOTrainer(credo_episodes=...)`)."""
     if not method.sampler.iid:
         return f"it draws {method.sampler.draws}, and TRL's GRPOTrainer samples i.i.d. groups only"
+    if method.sampler.records:
+        return (f"its sampler draws {method.sampler.draws}, recording {', '.join(sorted(method.sampler.records))}, "
+                "which TRL's rollouts do not")
     missing = method.missing(TRL_FIELDS | (EPISODE_FIELDS if episodes else frozenset()))
     if missing and not episodes and not method.missing(TRL_FIELDS | EPISODE_FIELDS):
         return (f"it credits the turns of multi-turn episodes ({', '.join(sorted(method.needs & EPISODE_FIELDS))}), "

@@ -108,6 +108,9 @@ def refusal(method: Method) -> str | None:
     if method.sampler.verl_agent_loop is not None:
         available, carried = AGENT_LOOP_FIELDS | frozenset(method.sampler.records), {"advantages", "loss_mask"}
     elif method.sampler.iid:
+        if method.sampler.records:
+            return (f"its sampler draws {method.sampler.draws}, recording {', '.join(sorted(method.sampler.records))}, "
+                    "for which credo has no verl agent loop")
         if getattr(method.estimator, "reads_token_ids", False):
             return "its estimator reads the sampled token ids, which verl does not pass to an advantage estimator"
         turns = reads_turns(method)

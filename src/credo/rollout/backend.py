@@ -4,7 +4,8 @@ A sampler needs a tokenizer and one call, `generate(prompts, ...)`, that samples
 returns them as `Completions` (`credo.rollout.generate`); the trainer also keeps the backend on the policy's weights
 after each update (`sync_weights`). `credo.rollout.generate.TransformersBackend` and
 `credo.rollout.vllm_backend.VllmBackend` implement `TrainingBackend`; a scripted stand-in (the tests') or another
-engine implements `GenerationBackend` to drive the samplers.
+engine implements `GenerationBackend` to drive the samplers. A sampler that scores text it did not sample (IGPO's
+information gain) needs a `ScoringBackend`.
 """
 
 from __future__ import annotations
@@ -35,4 +36,14 @@ class TrainingBackend(GenerationBackend, Protocol):
 
     def sync_weights(self) -> None:
         """Sample from the policy's current weights from now on (a no-op where the backend is the policy)."""
+        ...
+
+
+@runtime_checkable
+class ScoringBackend(GenerationBackend, Protocol):
+    """A generation backend that also scores given text under the policy (teacher forcing)."""
+
+    def score(self, contexts: list[list[int]], continuations: list[list[int]]) -> list[list[float]]:
+        """Each continuation's token log-probs under the policy's current weights at temperature 1, each token given
+        its context and the continuation's tokens before it (`credo.rollout.score`)."""
         ...

@@ -11,6 +11,7 @@ from torch import Tensor
 from credo.hf_compat import cache_keyword
 from credo.rollout.crn import CommonRandomNumbers, sample_by_inversion, uniforms
 from credo.rollout.decode_step import DecodeStep
+from credo.rollout.score import score_continuations
 
 
 @dataclass
@@ -325,8 +326,8 @@ def cut_response(row: list[int], eos: int | Collection[int], pad: int, tokenizer
 class TransformersBackend:
     """The generation backend the samplers call: a transformers model and its tokenizer.
 
-    It implements `credo.rollout.backend.TrainingBackend`; samplers call only its `GenerationBackend` part
-    (`tokenizer`, `generate`), so a scripted policy (tests) or another engine
+    It implements `credo.rollout.backend.TrainingBackend` and `ScoringBackend`; samplers call its `GenerationBackend`
+    part (`tokenizer`, `generate`), and IGPO's its `score`, so a scripted policy (tests) or another engine
     (`credo.rollout.vllm_backend.VllmBackend`) can stand in for it. On a GPU its decoding steps replay
     CUDA graphs unless `cuda_graphs` is off (`rollout.cuda_graphs`). The model samples in eval mode
     (no dropout) and is put back in the mode it was in. Responses end at every end token `end_token_ids`
@@ -352,6 +353,16 @@ class TransformersBackend:
                 repeat=repeat, keys=keys,
                 cuda_graphs=self.cuda_graphs,
             )
+        finally:
+            self.model.train(was_training)
+
+    def score(self, contexts: list[list[int]], continuations: list[list[int]]) -> list[list[float]]:
+        """Each continuation's token log-probs after its context (`credo.rollout.score`), the model in eval mode."""
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            return score_continuations(self.model, contexts, continuations, pad=self.tokenizer.pad_token_id,
+                                       batch_size=self.batch_size)
         finally:
             self.model.train(was_training)
 

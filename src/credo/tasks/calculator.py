@@ -17,9 +17,9 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from credo.tasks.arith import MODULUS, ArithConfig, ArithTask, Chain, Noise, format_answer
+from credo.tasks.arith import BOXED, MODULUS, ArithConfig, ArithTask, Chain, Noise, format_answer
 from credo.tasks.base import TASKS, Problem
-from credo.tasks.environment import SandboxedEnvironment, rules_in_process
+from credo.tasks.environment import GoldAnswer, SandboxedEnvironment, rules_in_process
 
 TURN_END = "</call>"
 """The marker that ends a call turn (an answer turn ends at the end token)."""
@@ -49,6 +49,10 @@ class CalculatorEnvironment(SandboxedEnvironment):
     def anchor(self, state: Mapping[str, Any]) -> str:
         """The calculator as the policy meets it: the steps taken and the value shown (not how it got there)."""
         return f"{state['taken']}:{state['value']}"
+
+    def gold_answer(self, problem: Problem) -> GoldAnswer:
+        """The answer turn `\\boxed{v}` with the chain's answer (as `format_answer` writes it)."""
+        return GoldAnswer(BOXED, problem.answer)
 
 
 def start_state(problem: Problem, call_reward: float = 0.0) -> dict[str, Any]:

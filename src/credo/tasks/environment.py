@@ -16,6 +16,8 @@ Each outcome carries what turn-level credit reads (docs/methods.md, "Turns"): th
 environment gives one (`turn_reward`), the per-turn checker's verdict (`correct`: the agent testbed's yardstick of
 perfect turn credit, None for a turn that decides nothing, such as a check), and on the last turn the episode's
 reward. A sandboxed step that fails (overruns, dies, hits a limit) ends its episode with reward 0 and is counted.
+An environment may also say how a turn that gives the gold answer reads (`gold_answer`): IGPO's information gain
+scores the policy's probability of that answer after each turn (`credo.rollout.samplers.info_gain`).
 """
 
 from __future__ import annotations
@@ -53,6 +55,17 @@ class TurnOutcome:
     """The sandboxed step failed (overran its bound, died, hit a limit): the episode ends with reward 0."""
 
 
+@dataclass(frozen=True)
+class GoldAnswer:
+    """A turn that gives a problem's gold answer, as the policy would write it: `lead` then `answer` (the tokens whose
+    probability IGPO's information gain reads)."""
+
+    lead: str
+    """The turn's text before the answer (e.g. `\\boxed{`), given to the policy, not scored."""
+    answer: str
+    """The gold answer's text, scored."""
+
+
 class Environment(Protocol):
     """The multi-turn side of a task: episodes from problems, and outcomes from the policy's turns."""
 
@@ -74,6 +87,10 @@ class Environment(Protocol):
 
     def step_batch(self, states: Sequence[Mapping[str, Any]], turns: Sequence[str]) -> list[TurnOutcome]:
         """Each episode's outcome of its next turn (`turns[i]` is the policy's text for `states[i]`)."""
+        ...
+
+    def gold_answer(self, problem: Problem) -> GoldAnswer | None:
+        """The turn that answers `problem` with its gold answer, or None where the environment has none to give."""
         ...
 
 
@@ -102,6 +119,10 @@ class SandboxedEnvironment:
     def anchor(self, state: Mapping[str, Any]) -> str:
         """The whole state as its key (JSON, keys sorted); an environment whose state holds history overrides it."""
         return json.dumps(state, sort_keys=True)
+
+    def gold_answer(self, problem: Problem) -> GoldAnswer | None:
+        """None: a subclass whose answer turns have a fixed form says how they read."""
+        return None
 
     def step_batch(self, states: Sequence[Mapping[str, Any]], turns: Sequence[str]) -> list[TurnOutcome]:
         outcomes = self.sandbox.call_many("step", [(dict(s), str(t)) for s, t in zip(states, turns, strict=True)],

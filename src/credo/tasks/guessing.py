@@ -17,7 +17,7 @@ from pydantic import Field, model_validator
 
 from credo.schema import Section
 from credo.tasks.base import TASKS, Problem, Task, Verdict
-from credo.tasks.environment import SandboxedEnvironment, rules_in_process
+from credo.tasks.environment import GoldAnswer, SandboxedEnvironment, rules_in_process
 
 TURN_END = "</call>"
 """The marker that ends a guess."""
@@ -31,6 +31,10 @@ class GuessingEnvironment(SandboxedEnvironment):
 
     def reset(self, problem: Problem) -> dict[str, Any]:
         return start_state(problem)
+
+    def gold_answer(self, problem: Problem) -> GoldAnswer:
+        """The guess of the secret, `<call>guess s</call>`."""
+        return GoldAnswer("<call>guess ", str(problem.meta["secret"]))
 
 
 def start_state(problem: Problem) -> dict[str, Any]:
