@@ -73,15 +73,22 @@ class RecordingCalculator(CalculatorEnvironment):
         return super().step_batch(states, turns)
 
 
+def ids(tokenizer, text):
+    """The token ids of `text` (no special tokens)."""
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
 class Chains(Task):
-    """A calculator task of one chain, with its per-turn checker (the oracle localiser's)."""
+    """A calculator task of the given chains in turn (`CHAIN` by default, with the recording calculator), with its
+    per-turn checker (the oracle localiser's) or without."""
 
     name = "calculator-chain"
-    checks_steps = True
 
-    def __init__(self):
-        self.environment = RecordingCalculator()
-        self.problems = [Problem(CHAIN.prompt, "11", "steps=3", meta={"chain": CHAIN})]
+    def __init__(self, chains=(CHAIN,), environment=None, checks_steps=True):
+        self.environment = environment if environment is not None else RecordingCalculator()
+        self.checks_steps = checks_steps
+        self.problems = [Problem(c.prompt, f"{c.values()[-1]:02d}", f"steps={len(c.steps)}", meta={"chain": c})
+                         for c in chains]
 
     def train_problems(self, seed, start=0):
         return itertools.islice(itertools.cycle(self.problems), start, None)

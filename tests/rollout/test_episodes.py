@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 import torch
+from calculator_script import Chains
 
 from credo.rollout.episodes import sample_episodes
 from credo.rollout.generate import Completions, left_pad, per_token, right_pad
 from credo.tasks.arith import Chain
-from credo.tasks.base import Problem, Task
+from credo.tasks.base import Problem
 from credo.tasks.calculator import CalculatorEnvironment
 from credo.testbed import END, build_tokenizer, chat_prompt
 
@@ -161,34 +160,14 @@ def test_each_turn_carries_the_anchor_state_it_was_taken_from():
     assert (batch.turn_reward == 0).all()  # the calculator gives no turn rewards
 
 
-class CalculatorChains(Task):
-    """A task whose responses are calculator episodes: the problems of the scripts, in turn."""
-
-    name = "calculator-chains"
-    checks_steps = False
-
-    def __init__(self):
-        self.environment = CalculatorEnvironment(max_turns=8)
-        self.problems = [Problem(c.prompt, f"{c.values()[-1]:02d}", "steps=1", meta={"chain": c})
-                         for c in (RIGHT, CHECKED, WRONG)]
-
-    def train_problems(self, seed, start=0):
-        return itertools.islice(itertools.cycle(self.problems), start, None)
-
-    def eval_problems(self):
-        return self.problems
-
-    def verify(self, problem, response):
-        raise AssertionError("an episode is scored by its environment, never by verify")
-
-
 def test_a_task_with_an_environment_trains_and_evaluates_on_episodes():
     from credo.config import EvalConfig
     from credo.evaluate import evaluate_policy
     from credo.rollout.groups import ProblemStream, _merge, sample_groups
     from credo.rollout.samplers import RolloutConfig
 
-    task, backend = CalculatorChains(), TurnScript()
+    task = Chains((RIGHT, CHECKED, WRONG), CalculatorEnvironment(max_turns=8), checks_steps=False)
+    backend = TurnScript()
     options = RolloutConfig(prompts_per_step=3, group_size=2, max_new_tokens=200)
     rollout = sample_groups(backend, task, ProblemStream(task, seed=0), options)
     assert rollout.rewards.tolist() == [1.0, 1.0, 1.0, 1.0, 0.0, 0.0]

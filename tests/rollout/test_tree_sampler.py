@@ -9,7 +9,7 @@ import random
 
 import pytest
 import torch
-from test_turn_resets import C1, C2, C3, Chains, TreeScript, ids
+from calculator_script import C1, C2, C3, Chains, TreeScript, ids
 
 from credo.config import ConfigError, load_config
 from credo.methods import get_method

@@ -21,6 +21,7 @@ from calculator_script import (
     WRONG,
     Chains,
     TreeScript,
+    ids,
 )
 
 from credo.config import load_config
@@ -41,10 +42,6 @@ def resets(localiser="oracle", tree=TREE):
     task, backend = Chains(), TreeScript(tree)
     rollout = sample_resets(backend, task, ProblemStream(task, seed=0), options(), localiser)
     return task, backend, rollout
-
-
-def ids(tokenizer, text):
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
 def turn_tokens(tokenizer, turns):
