@@ -3,6 +3,7 @@ the tests of samplers that draw, reset or score multi-turn episodes (turn resets
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import re
@@ -59,6 +60,34 @@ class TreeScript:
         probs = torch.where(r_mask, torch.tensor(0.5), torch.tensor(0.0))
         return Completions(p_ids, p_mask, r_ids, r_mask, self.tokenizer.batch_decode(replies, skip_special_tokens=True),
                            torch.zeros(len(prompts), dtype=torch.bool), token_probs=probs, entropies=probs * 2)
+
+
+BRANCHING = {  # the turns so far -> the policy's next turns, in turn (long enough for every test that uses it)
+    (): [C1] * 200,
+    (C1,): [C2, WRONG] * 100,  # after the first call the policy alternates: the right second call, a wrong one
+    (C1, C2): [C3] * 200, (C1, C2, C3): ["\\boxed{11}"] * 200,
+    (C1, WRONG): [AFTER] * 200, (C1, WRONG, AFTER): ["\\boxed{12}"] * 200,
+}
+"""Four-turn episodes: right (12+5, 17-9, 8+3, 11: reward 1) or wrong from the second call (17-8, 9+3, 12: 0), for
+the samplers that branch episodes at their turns (Tree-GRPO's, ARPO's)."""
+
+
+class CountingScript(TreeScript):
+    """The scripted policy over `BRANCHING`, counting the tokens it generates; `entropy` (a reply -> the sampling
+    entropy it reports on each of its tokens, or None: TreeScript's 1.0) sets the entropies an entropy-reading sampler
+    sees."""
+
+    def __init__(self, entropy=None):
+        super().__init__(BRANCHING)
+        self.generated, self.entropy = 0, entropy
+
+    def generate(self, prompts, **kwargs):
+        out = super().generate(prompts, **kwargs)
+        self.generated += int(out.response_mask.sum())
+        if self.entropy is None:
+            return out
+        entropies = torch.tensor([[self.entropy(text)] for text in out.texts]) * out.response_mask
+        return dataclasses.replace(out, entropies=entropies)
 
 
 class RecordingCalculator(CalculatorEnvironment):

@@ -9,36 +9,14 @@ import random
 
 import pytest
 import torch
-from calculator_script import C1, C2, C3, Chains, TreeScript, ids
+from calculator_script import C1, Chains, CountingScript, ids
 
 from credo.config import ConfigError, load_config
 from credo.methods import get_method
+from credo.rollout import chains as chains_module
 from credo.rollout.groups import ProblemStream
-from credo.rollout.samplers import tree as tree_module
 from credo.rollout.samplers.tree import TreeSampler, grow_trees, tree_rollout
 from credo.testbed import chat_prompt
-
-W2, AFTER = "<call>17-8</call>", "<call>9+3</call>"  # a wrong second call (17 - 8 = 9), then a call true to it
-BRANCHING = {  # the turns so far -> the policy's next turns, in turn (long enough for every test here)
-    (): [C1] * 200,
-    (C1,): [C2, W2] * 100,  # after the first call the policy alternates: the right second call, a wrong one
-    (C1, C2): [C3] * 200, (C1, C2, C3): ["\\boxed{11}"] * 200,
-    (C1, W2): [AFTER] * 200, (C1, W2, AFTER): ["\\boxed{12}"] * 200,
-}
-"""Four-turn episodes: right (12+5, 17-9, 8+3, 11: reward 1) or wrong from the second call (17-8, 9+3, 12: 0)."""
-
-
-class CountingScript(TreeScript):
-    """The scripted policy over `BRANCHING`, counting the tokens it generates."""
-
-    def __init__(self):
-        super().__init__(BRANCHING)
-        self.generated = 0
-
-    def generate(self, prompts, **kwargs):
-        out = super().generate(prompts, **kwargs)
-        self.generated += int(out.response_mask.sum())
-        return out
 
 
 def options(*overrides, prompts=2):
@@ -153,13 +131,13 @@ def test_the_nodes_are_drawn_uniformly_with_replacement_from_the_root_and_inner_
 
 def test_all_continuations_of_a_round_are_sampled_in_one_lockstep_batch(monkeypatch):
     calls = []
-    sample_episodes = tree_module.sample_episodes
+    sample_episodes = chains_module.sample_episodes
 
     def recording(backend, env, problems, prompts, **kwargs):
         calls.append((len(problems), kwargs["repeat"], sum(s is not None for s in kwargs["starts"])))
         return sample_episodes(backend, env, problems, prompts, **kwargs)
 
-    monkeypatch.setattr(tree_module, "sample_episodes", recording)
+    monkeypatch.setattr(chains_module, "sample_episodes", recording)
     _, _, trees, _ = grown(1, "rollout.tree={rounds: 2, expansions: 3, leaves: 4}", prompts=3)
     continued = [sum(c.kept > 0 for t in trees for c in t.chains[1 + 3 * r: 4 + 3 * r]) for r in range(2)]
     assert calls == [(6, 1, 0), (18, 1, continued[0]), (18, 1, continued[1])]  # 3 prompts x 2 trees (x 3 nodes)

@@ -38,12 +38,12 @@ from pydantic import Field
 
 from credo.batch import RecordedField
 from credo.rollout.backend import GenerationBackend
-from credo.rollout.episodes import Episodes, Prefix, sample_episodes
+from credo.rollout.chains import Chain, Node, chains_rollout, grow_chains
 from credo.rollout.generate import encode_prompts
 from credo.rollout.groups import ProblemStream, Rollout
 from credo.rollout.samplers.base import Sampler, registered
 from credo.schema import Section
-from credo.tasks import Problem, Task, sandbox_failures
+from credo.tasks import Problem, Task
 
 if TYPE_CHECKING:
     from credo.rollout.samplers import RolloutConfig
@@ -68,33 +68,6 @@ def check_leaves(tree: TreeConfig) -> None:
     if tree.leaves > grown:
         raise ValueError(f"rollout.tree.leaves = {tree.leaves} exceeds the {grown} leaves each tree grows "
                          f"(1 + rounds x expansions = 1 + {tree.rounds} x {tree.expansions})")
-
-
-@dataclass(eq=False)
-class Chain:
-    """One full episode of a tree: the batch it was sampled in and its row there, and how many of its first turns it
-    took over from the node it continues (`kept`; 0: grown from the root)."""
-
-    episodes: Episodes
-    row: int
-    kept: int
-
-    @property
-    def turns(self) -> int:
-        return len(self.episodes.outcomes[self.row])
-
-    def prefix(self, turns: int) -> Prefix:
-        """The chain's first `turns` turns with their observations and the environment's state after them."""
-        return self.episodes.prefix(self.row, turns)
-
-    def inner_nodes(self) -> list[tuple[Chain, int]]:
-        """The nodes this chain added that do not end it, each as (chain, turns up to and including it): its turns
-        after the kept ones, but its last (a leaf)."""
-        return [(self, turns) for turns in range(self.kept + 1, self.turns)]
-
-
-Node = tuple[Chain, int] | None
-"""A node of a tree: a chain's first turns, as (chain, number of turns), or None for the root (the prompt)."""
 
 
 @dataclass(eq=False)
@@ -129,13 +102,11 @@ def grow_trees(backend: GenerationBackend, task: Task, problems: list[Problem], 
 def extend(backend: GenerationBackend, task: Task, picks: list[tuple[Tree, Node]], options: RolloutConfig) -> int:
     """A full episode continued from each picked node (the root: a fresh episode), all in one lockstep batch, each
     added to its tree as a chain; the policy tokens sampled (not the continued prefixes')."""
-    out = sample_episodes(backend, task.environment, [tree.problem for tree, _ in picks],
-                          [tree.prompt for tree, _ in picks], repeat=1, budget_tokens=options.max_new_tokens,
-                          temperature=options.temperature, top_p=options.top_p,
-                          starts=[None if node is None else node[0].prefix(node[1]) for _, node in picks])
-    for row, (tree, node) in enumerate(picks):
-        tree.chains.append(Chain(out, row, 0 if node is None else node[1]))
-    return out.policy_tokens
+    chains, tokens = grow_chains(backend, task, [tree.problem for tree, _ in picks], [tree.prompt for tree, _ in picks],
+                                 [node for _, node in picks], options)
+    for (tree, _), chain in zip(picks, chains, strict=True):
+        tree.chains.append(chain)
+    return tokens
 
 
 def sample_trees(backend: GenerationBackend, task: Task, stream: ProblemStream, options: RolloutConfig,
@@ -151,19 +122,14 @@ def tree_rollout(trees: list[Tree], config: TreeConfig, tokens: int, pad: int, r
     each drawn by `rng` without replacement, kept in the order they were grown; `tokens`: the tokens sampled."""
     picked = [(index, tree.chains[c]) for index, tree in enumerate(trees)
               for c in sorted(rng.sample(range(len(tree.chains)), config.leaves))]
-    episodes = Episodes.gather([(chain.episodes, chain.row) for _, chain in picked])
-    completions = episodes.completions(pad)
-    verdicts = episodes.verdicts()
     tree_id = torch.tensor([index for index, _ in picked], dtype=torch.long)
     expansions = [chain for tree in trees for chain in tree.chains[1:]]
-    return Rollout(
-        problems=[trees[index].problem for index, _ in picked], completions=completions, verdicts=verdicts,
-        rewards=torch.tensor([v.reward for v in verdicts], dtype=torch.float32),
-        group_id=tree_id.div(config.trees, rounding_mode="floor"), generated_tokens=tokens,
-        metrics={"tree/root_expansion_share": sum(c.kept == 0 for c in expansions) / max(1, len(expansions)),
-                 "tree/kept_turns_mean": sum(c.kept for c in expansions) / max(1, len(expansions)),
-                 "verify/sandbox_failures": sandbox_failures(verdicts)},
-        records={"tree_id": tree_id}, checks=episodes.token_fields(completions.response_ids.shape[1]))
+    return chains_rollout(
+        [trees[index].problem for index, _ in picked], [chain for _, chain in picked],
+        tree_id.div(config.trees, rounding_mode="floor"), tokens, pad,
+        {"tree/root_expansion_share": sum(c.kept == 0 for c in expansions) / max(1, len(expansions)),
+         "tree/kept_turns_mean": sum(c.kept for c in expansions) / max(1, len(expansions))},
+        {"tree_id": tree_id})
 
 
 @registered
