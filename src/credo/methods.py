@@ -42,6 +42,7 @@ from credo.logprobs import STATISTICS
 from credo.losses import LambdaLoss, LossOutput, PolicyLoss, PPOClipLoss, ReinforceLoss, TraceLoss
 from credo.registry import Registry
 from credo.rollout.samplers import RolloutConfig, Sampler
+from credo.rollout.samplers.entropy_branch import EntropyBranchSampler
 from credo.rollout.samplers.fr3e import FR3ESampler
 from credo.rollout.samplers.groups import GroupSampler
 from credo.rollout.samplers.info_gain import InfoGainSampler
@@ -103,7 +104,8 @@ class Method:
     """How rollout batches are drawn (`credo.rollout.samplers.SAMPLERS`): i.i.d. groups (`groups`), resets of
     failed rollouts (`resets`), revisions of failures (`revisions`), Monte-Carlo values of the states between
     thoughts (`vine`) or at low-probability tokens (`spo_chain`), a tree of segments (`spo_tree`),
-    continuations from high-entropy tokens (`fr3e`), or trees of episodes branching at turn boundaries (`tree`)."""
+    continuations from high-entropy tokens (`fr3e`), trees of episodes branching at turn boundaries (`tree`), or
+    episodes branching after tool results where the policy's entropy rises (`entropy_branch`)."""
     estimator: CreditEstimator
     loss: PolicyLoss
 
@@ -406,4 +408,12 @@ _add(Method(
     "normalised among its prompt's leaves plus among its tree's, so shared turns earn their subtree's credit",
     TreeSampler(), TreeGroupAdvantage(), PPOClipLoss(agg="token_mean"),
     brief="tree search over turns; prompt + tree advantages",
+))
+_add(Method(
+    "arpo", "turn", "2507.19849",
+    "ARPO: a prompt's first episodes branch after tool results, each with probability 0.5 plus 0.2 times the rise in "
+    "the policy's entropy over the first turn's, until the group is full (fresh episodes top it up); GRPO with the "
+    "sample std on every row, shared turns included; token-mean PPO clip",
+    EntropyBranchSampler(), GroupAdvantage(std_ddof=1), PPOClipLoss(agg="token_mean"),
+    brief="branches after tool results where entropy rises",
 ))
