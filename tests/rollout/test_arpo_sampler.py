@@ -46,6 +46,11 @@ def only_second(text):
     return 0.9 if text in (C2, WRONG) else 0.5 if text == C1 else 0.1
 
 
+def only_last(text):
+    """The answer turn is less sure than the first, the calls between surer: only the last point (before the answer)."""
+    return 0.9 if text.startswith("\\boxed") else 0.5 if text == C1 else 0.1
+
+
 FORCED = "rollout.entropy_branch={initial_rollouts: 2, entropy_weight: 1000}"
 """Two fresh episodes per prompt; beta so large that any entropy change decides the branch (P = 0 or 1)."""
 TWO = "rollout.entropy_branch.initial_rollouts=2"
@@ -114,6 +119,9 @@ def test_a_falling_entropy_forbids_branches_and_fresh_episodes_top_the_group_up(
     _, _, growth = grown(0, FORCED, entropy=only_second)  # branches at depth 1 only, then two top-ups
     for group in growth.groups:
         assert shape(group) == [(0, None), (0, None), (1, 0), (1, 1), (0, None), (0, None)]
+    _, _, growth = grown(0, FORCED, entropy=only_last)  # the point before the last turn branches too
+    for group in growth.groups:
+        assert shape(group) == [(0, None), (0, None), (3, 0), (3, 1), (0, None), (0, None)]
     # alpha alone: 1 always branches, 0 never (beta 0)
     always = grown(0, "rollout.entropy_branch={initial_rollouts: 2, branch_probability: 1, entropy_weight: 0}",
                    entropy=falling)[2]
