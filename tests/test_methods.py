@@ -77,8 +77,6 @@ def test_groups_with_equal_rewards_give_exactly_zero_gradient(seed, name):
     method = get_method(name)
     if name == "igpo":  # its paper's joint pool puts the outcomes beside the zero gains, and ranks the turns by it
         method = method.with_overrides(estimator={"norm": "separate"})  # (docs/methods.md sec. 15)
-    if getattr(method.estimator, "lone", None) == "score":  # Tree-GRPO's code gives a group of one leaf its raw
-        method = method.with_overrides(estimator={"lone": "zero"})  # reward (docs/methods.md sec. 16); credo's rule
     credited, _ = method.credit(batch)
     logp = moved_logp(batch, seed)
     (grad,) = torch.autograd.grad(method.policy_loss(logp, credited).loss, logp, allow_unused=True, materialize_grads=True)

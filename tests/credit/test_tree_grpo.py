@@ -86,7 +86,7 @@ def tree_batch(seed: int, *, trees: int | None = None, leaves: int | None = None
 # The loop reference: the module docstring's formula, leaf by leaf
 
 
-def loop_tree_grpo(batch: RolloutBatch, *, groups="both", lone="score", std_ddof=1, eps=1e-6) -> torch.Tensor:
+def loop_tree_grpo(batch: RolloutBatch, *, groups="both", lone="zero", std_ddof=1, eps=1e-6) -> torch.Tensor:
     def z(value: float, pool: list[float]) -> float:
         if len(pool) == 1:
             return value / (1 + eps) if lone == "score" else 0.0
@@ -107,8 +107,8 @@ def loop_tree_grpo(batch: RolloutBatch, *, groups="both", lone="score", std_ddof
     return out
 
 
-SWITCHES = [{}, {"groups": "inter"}, {"groups": "intra"}, {"lone": "zero"}, {"std_ddof": 0},
-            {"eps": 0.0, "groups": "intra", "lone": "zero"}, {"eps": 1e-4, "std_ddof": 0, "lone": "zero"}]
+SWITCHES = [{}, {"groups": "inter"}, {"groups": "intra"}, {"lone": "score"}, {"std_ddof": 0},
+            {"eps": 0.0, "groups": "intra", "lone": "score"}, {"eps": 1e-4, "std_ddof": 0, "lone": "score"}]
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -135,7 +135,7 @@ def test_a_batch_without_tree_ids_and_bad_switches_are_clear_errors():
 
 def test_the_registered_method_is_the_code_s_tree_estimator_with_a_token_mean_clip():
     method = get_method("tree_grpo")
-    assert method.estimator == TreeGroupAdvantage(groups="both", lone="score", std_ddof=1, eps=1e-6)
+    assert method.estimator == TreeGroupAdvantage(groups="both", lone="zero", std_ddof=1, eps=1e-6)
     assert method.loss == PPOClipLoss(agg="token_mean") and method.family == "turn" and method.paper == "2509.21240"
     assert method.sampler.name == "tree" and method.needs == frozenset()
 
@@ -153,8 +153,8 @@ def test_one_tree_per_prompt_gives_twice_grpo_with_the_code_s_conventions(seed):
     torch.testing.assert_close(TreeGroupAdvantage()(batch)[0].advantages, 2 * grpo, rtol=1e-12, atol=1e-12)
     lone, _ = tree_batch(seed, trees=1, leaves=1)
     raw = torch.where(lone.loss_mask, 2 * lone.rewards.unsqueeze(1) / (1 + 1e-6), 0.0)
-    torch.testing.assert_close(TreeGroupAdvantage()(lone)[0].advantages, raw, rtol=1e-12, atol=1e-12)
-    assert not TreeGroupAdvantage(lone="zero")(lone)[0].advantages.any()
+    torch.testing.assert_close(TreeGroupAdvantage(lone="score")(lone)[0].advantages, raw, rtol=1e-12, atol=1e-12)
+    assert not TreeGroupAdvantage()(lone)[0].advantages.any()
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -163,7 +163,9 @@ def test_one_leaf_per_tree_adds_each_leaf_s_raw_reward(seed):
     batch, _ = tree_batch(seed, trees=2 + seed % 3, leaves=1, outcome=["binary", "uniform", "dyadic"][seed % 3])
     grpo = GroupAdvantage(std_ddof=1, eps=1e-6)(batch)[0].advantages
     raw = torch.where(batch.loss_mask, batch.rewards.unsqueeze(1) / (1 + 1e-6), 0.0)
-    torch.testing.assert_close(TreeGroupAdvantage()(batch)[0].advantages, grpo + raw, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(TreeGroupAdvantage(lone="score")(batch)[0].advantages, grpo + raw, rtol=1e-12,
+                               atol=1e-12)
+    torch.testing.assert_close(TreeGroupAdvantage()(batch)[0].advantages, grpo, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -175,7 +177,7 @@ def test_the_terms_are_grpo_over_the_prompt_and_over_the_tree(seed):
     _, tree = torch.unique(torch.stack([batch.group_id, batch.tree_id], dim=1), dim=0, return_inverse=True)
     inter = grpo(batch)[0].advantages
     intra = grpo(batch.replace(group_id=tree))[0].advantages
-    got = {groups: TreeGroupAdvantage(groups=groups, lone="zero")(batch)[0].advantages
+    got = {groups: TreeGroupAdvantage(groups=groups)(batch)[0].advantages
            for groups in ("inter", "intra", "both")}
     torch.testing.assert_close(got["inter"], inter, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(got["intra"], intra, rtol=1e-12, atol=1e-12)
@@ -344,7 +346,7 @@ def test_reproduces_the_public_code(seed, groups, dtype):
     1e-6, is a float32: 1 + 9.5e-7)."""
     batch, _ = tree_batch(seed, outcome=["binary", "uniform", "dyadic"][seed % 3],
                           numbering=["batch", "prompt"][seed % 2], dtype=dtype)
-    credo = TreeGroupAdvantage(groups=groups)(batch)[0].advantages.double()
+    credo = TreeGroupAdvantage(groups=groups, lone="score")(batch)[0].advantages.double()
     code = code_advantages(batch, groups)
     torch.testing.assert_close(credo, code, rtol=0, atol=1e-7 if dtype == torch.float64 else 2e-6)
 
@@ -357,7 +359,8 @@ def test_the_public_code_s_largest_difference():
             batch, _ = tree_batch(1000 + seed, outcome=["binary", "uniform", "dyadic"][seed % 3], dtype=dtype,
                                   numbering=["batch", "prompt"][seed % 2])
             for groups in ESTIMATORS:
-                diff = TreeGroupAdvantage(groups=groups)(batch)[0].advantages.double() - code_advantages(batch, groups)
+                ours = TreeGroupAdvantage(groups=groups, lone="score")(batch)[0].advantages.double()
+                diff = ours - code_advantages(batch, groups)
                 worst[dtype] = max(worst[dtype], float(diff.abs().max()))
     print(f"largest difference from the code: {worst}")
     assert worst[torch.float64] < 1e-7 and worst[torch.float32] < 2e-6, worst
@@ -374,7 +377,7 @@ def test_where_credo_differs_from_the_code_groups_of_equal_values():
     credo = TreeGroupAdvantage(groups="intra")(batch)[0].advantages
     code = code_advantages(batch, "intra")
     assert not credo[:3].any() and code[:3].abs().min() > 1e-2
-    both = TreeGroupAdvantage()(batch)[0].advantages.double() - code_advantages(batch, "both")
+    both = TreeGroupAdvantage(lone="score")(batch)[0].advantages.double() - code_advantages(batch, "both")
     assert both[:3].abs().min() > 1e-2 and both[3].abs().max() < 1e-6  # the lone tree: its raw score in both
 
 

@@ -10,9 +10,9 @@ tree's `K` (intra-tree), and the two are added, unweighted:
     z_G(R)_i = (R_i - mean_{j in G} R_j) / (std_{j in G} R_j + eps)      (std with `std_ddof`, 1: the code's)
     A_i = z_{prompt(i)}(R)_i + z_{tree(i)}(R)_i                          on every policy token of leaf i
 
-A group of one leaf has mean 0 and std 1 (the code's singleton rule, `lone="score"`): it gets its raw reward
-`R_i / (1 + eps)` (a tree of `K = 1` adds each leaf's reward); `lone="zero"` gives it 0, credo's convention for a
-group of one. A group whose rewards are all equal gets exactly 0. Observations (off `loss_mask`) get 0.
+A group of one leaf gets 0 (`lone="zero"`, credo's convention for a group of one, as GiGPO's `lone_episode`); the
+code's singleton rule, mean 0 and std 1, gives it its raw reward `R_i / (1 + eps)` (`lone="score"`: a tree of `K = 1`
+then adds each leaf's reward). The code's defaults (`K = 3` leaves of `1 + L N = 3`) never make one. A group whose rewards are all equal gets exactly 0. Observations (off `loss_mask`) get 0.
 
 The turn-level credit is implicit: a turn shared by several leaves (an inner node of a tree) appears in each of their
 rows, so under a token-mean loss its tokens receive the sum of those leaves' advantages, the leaves' mean times their
@@ -69,8 +69,8 @@ class TreeGroupAdvantage:
     groups: str = "both"
     """"both": inter-tree plus intra-tree (the code's `tree`) | "inter": the prompt's leaves only (its `grpo`) |
     "intra": the tree's leaves only (its `tree_inner`)."""
-    lone: str = "score"
-    """A group of one leaf: "score", its raw reward (mean 0, std 1: the code's) | "zero", 0 (credo's convention)."""
+    lone: str = "zero"
+    """A group of one leaf: "zero", 0 (credo's convention) | "score", its raw reward (mean 0, std 1: the code's)."""
     std_ddof: int = 1
     """1: the sample std (the code's `torch.std`); 0: the population std."""
     eps: float = 1e-6
