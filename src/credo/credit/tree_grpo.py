@@ -12,7 +12,8 @@ tree's `K` (intra-tree), and the two are added, unweighted:
 
 A group of one leaf gets 0 (`lone="zero"`, credo's convention for a group of one, as GiGPO's `lone_episode`); the
 code's singleton rule, mean 0 and std 1, gives it its raw reward `R_i / (1 + eps)` (`lone="score"`: a tree of `K = 1`
-then adds each leaf's reward). The code's defaults (`K = 3` leaves of `1 + L N = 3`) never make one. A group whose rewards are all equal gets exactly 0. Observations (off `loss_mask`) get 0.
+then adds each leaf's reward). The code's defaults (`K = 3` leaves of `1 + L N = 3`) never make one. A group whose
+rewards are all equal gets exactly 0. Observations (off `loss_mask`) get 0.
 
 The turn-level credit is implicit: a turn shared by several leaves (an inner node of a tree) appears in each of their
 rows, so under a token-mean loss its tokens receive the sum of those leaves' advantages, the leaves' mean times their
