@@ -12,6 +12,7 @@ python $R/headroom/map.py > /dev/null
 bash $R/headroom/step_size.sh
 credo report $R/headroom/records/headroom-tuning -o $R/headroom/tuning
 credo report $R/headroom/records/headroom-study -o $R/headroom/study
+credo report $R/ranking/records/ranking-tuning -o $R/ranking/tuning
 for folder in credit-decisive credit-hard credit-nocancel testbed-hard testbed-hard-fixes testbed-hard-step-credit \
               testbed-hard-vine-k testbed-hard-tuning long-horizon/pilot; do
   credo report $R/$folder --from-json --html
