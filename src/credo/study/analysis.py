@@ -8,8 +8,9 @@ Fieller's interval (`credo.study.stats.share_of_gain`); tokens to the baseline's
 precision, instability and cost.
 
 Verdicts. The family of a regime is every contrast that gets a verdict: each method's paired difference of the
-headline area (the primary endpoint) to the baseline's, and to its like-for-like baseline's where the study names one
-(`ReportConfig.like_for_like`), and of each secondary endpoint (an area, or a final value) to the baseline's
+headline area (the primary endpoint) to the baseline's, to its like-for-like baseline's where the study names one
+(`ReportConfig.like_for_like`) and to its step-size control's where it names one (`ReportConfig.step_size_controls`),
+and of each secondary endpoint (an area, or a final value) to the baseline's
 (`ReportConfig.secondary`):
 one family over every metric that yields a verdict, so adding a metric makes every verdict harder, never easier.
 Each has the two-sided p of the paired t-test over seeds (`stats.paired_p`); Holm's (1979) step-down adjustment over the family's m p-values (`stats.holm`) decides the
@@ -173,6 +174,11 @@ class MethodRow:
     """The method's like-for-like baseline (`ReportConfig.like_for_like`), if any."""
     auc_vs_like: Contrast | None
     """Paired difference of the headline area to the like-for-like baseline's."""
+    step_size_control: str | None
+    """The method's step-size control (`ReportConfig.step_size_controls`), if any."""
+    auc_vs_control: Contrast | None
+    """Paired difference of the headline area to the step-size control's: a gain over the baseline that is credit
+    and not a larger step alone shows here too."""
     areas_vs_baseline: dict[str, dict[str, Estimate]]
     """Per metric with areas, the paired differences of its areas to the baseline's: `{"tokens": .., "updates": ..}`
     (`"steps"` in a report written before the updates were counted)."""
@@ -201,6 +207,9 @@ class MethodRow:
             "method": self.method, "seeds": self.seeds, "final": {k: est(v) for k, v in self.final.items()},
             "auc": est(self.auc), "auc_vs_baseline": self.auc_vs_baseline and self.auc_vs_baseline.as_json(),
             "like_for_like": self.like_for_like, "auc_vs_like_for_like": self.auc_vs_like and self.auc_vs_like.as_json(),
+            **({"step_size_control": self.step_size_control,
+                "auc_vs_step_size_control": self.auc_vs_control and self.auc_vs_control.as_json()}
+               if self.step_size_control else {}),
             "areas_vs_baseline": {m: {axis: est(e) for axis, e in by_axis.items()}
                                   for m, by_axis in self.areas_vs_baseline.items()},
             "final_vs_baseline": {k: est(v) for k, v in self.final_vs_baseline.items()}, "unstable_runs": self.unstable,
@@ -232,6 +241,8 @@ class MethodRow:
             method=data["method"], seeds=data["seeds"], final={k: est(v) for k, v in data["final"].items()},
             auc=est(data["auc"]), auc_vs_baseline=written_contrast(vs_baseline),
             like_for_like=data.get("like_for_like"), auc_vs_like=written_contrast(est(data.get("auc_vs_like_for_like"))),
+            step_size_control=data.get("step_size_control"),
+            auc_vs_control=written_contrast(est(data.get("auc_vs_step_size_control"))),
             areas_vs_baseline=areas, final_vs_baseline={k: est(v) for k, v in data.get("final_vs_baseline", {}).items()},
             unstable=data.get("unstable_runs", 0),
             share=None if share is None else Share(share["value"], None, None, share["seeds"]),
@@ -250,7 +261,7 @@ class Family:
 
     size: int
     """m: the contrasts with a test (each method against the baseline on the primary and every secondary endpoint,
-    and against its like-for-like baseline), exploratory cells' left out."""
+    and against its like-for-like baseline and its step-size control), exploratory cells' left out."""
     seeds: int
     """The paired seeds of most of its contrasts (`family_seeds`)."""
     sd: float | None
@@ -312,6 +323,7 @@ def analyse(values: RegimeValues, report: ReportConfig, difficulty: str) -> Diff
                 share = share_of_gain(*([cell[s].area[values.metric] for s in seeds] for cell in (ours, base, oracle)))
         vs = {m: differences(ours, base, m) for m in keys} if compared else {}
         like = report.like_for_like.get(method)
+        control = report.step_size_controls.get(method)
         crossings = [v.tokens_to_target for v in ours.values() if v.tokens_to_target is not None]
         precisions = [v.blame_precision for v in ours.values() if v.blame_precision is not None]
         updates = [v.update_norm for v in ours.values() if v.update_norm is not None]
@@ -322,6 +334,8 @@ def analyse(values: RegimeValues, report: ReportConfig, difficulty: str) -> Diff
             auc=mean_interval([v.area[values.metric] for v in ours.values()]),
             auc_vs_baseline=vs.get(values.metric, {}).get("tokens"), like_for_like=like,
             auc_vs_like=differences(ours, cells[like], values.metric).get("tokens") if like in cells else None,
+            step_size_control=control,
+            auc_vs_control=differences(ours, cells[control], values.metric).get("tokens") if control in cells else None,
             areas_vs_baseline={m: {axis: vs[m][axis].estimate for axis in AXES if axis in vs[m]}
                                for m in values.curve_metrics if vs.get(m)},
             final_vs_baseline={k: c["final"].estimate for k, c in vs.items() if "final" in c},
@@ -358,16 +372,17 @@ def family_seeds(paired: list[int], baseline: int) -> int:
 
 
 Slot = tuple[int, str, str | None]
-"""A contrast's place in the rows: the row's index, the field (`auc_vs_baseline`, `auc_vs_like`,
+"""A contrast's place in the rows: the row's index, the field (`auc_vs_baseline`, `auc_vs_like`, `auc_vs_control`,
 `secondary_vs_baseline`) and, for the last, the metric."""
 
 
 def slots(rows: list[MethodRow]) -> list[Slot]:
     """Where every contrast of the rows sits (`Slot`), in the family's order: per row its primary endpoint, its
-    like-for-like contrast and its secondary endpoints."""
+    like-for-like contrast, its step-size control's and its secondary endpoints."""
     out: list[Slot] = []
     for i, row in enumerate(rows):
-        out += [(i, name, None) for name in ("auc_vs_baseline", "auc_vs_like") if getattr(row, name) is not None]
+        out += [(i, name, None) for name in ("auc_vs_baseline", "auc_vs_like", "auc_vs_control")
+                if getattr(row, name) is not None]
         out += [(i, "secondary_vs_baseline", m) for m in row.secondary_vs_baseline]
     return out
 
@@ -386,9 +401,9 @@ def put(rows: list[MethodRow], slot: Slot, contrast: Contrast) -> None:
 
 def corrected(rows: list[MethodRow], report: ReportConfig) -> tuple[list[MethodRow], Family]:
     """The rows with Holm-adjusted p-values over the regime's family (every contrast with a test, the primary
-    endpoint's, the like-for-like ones and the secondary endpoints' together, but those of the exploratory cells,
-    which are marked so and keep their raw p, and those on fewer than `ReportConfig.min_verdict_seeds` paired seeds,
-    made descriptive: no p, no verdict), and the family."""
+    endpoint's, the like-for-like ones, the step-size controls' and the secondary endpoints' together, but those of
+    the exploratory cells, which are marked so and keep their raw p, and those on fewer than
+    `ReportConfig.min_verdict_seeds` paired seeds, made descriptive: no p, no verdict), and the family."""
     rows = list(rows)
     for slot in slots(rows):
         c = at(rows, slot)

@@ -114,8 +114,9 @@ method cannot be read."""
 
 def family_figures(methods: list[str], report: ReportConfig) -> dict[str, list[str]]:
     """The methods of each family's figure, family by family (`credo.plots.FAMILY_COLOURS`' order, labels of no
-    registered method last as "other"): the family's methods with their like-for-like baselines, the baseline and
-    the oracle, in the given order. Empty when there are `FAMILY_FIGURES_ABOVE` methods or fewer.
+    registered method last as "other"): the family's methods with their like-for-like baselines and step-size
+    controls, the baseline and the oracle, in the given order. Empty when there are `FAMILY_FIGURES_ABOVE` methods or
+    fewer.
 
     >>> report = ReportConfig(like_for_like={"s_trace": "grpo_4mb"})
     >>> family_figures(["grpo", "grpo_4mb", "s_trace", "srpo", "oracle_blame"] + [f"x{i}" for i in range(7)], report)["trace"]
@@ -129,7 +130,8 @@ def family_figures(methods: list[str], report: ReportConfig) -> dict[str, list[s
     figures = {}
     for family in sorted(set(families.values()), key=lambda f: rank.get(f, len(rank))):
         members = {m for m, f in families.items() if f == family}
-        members |= {report.like_for_like[m] for m in members if m in report.like_for_like} | anchors
+        members |= {pairs[m] for pairs in (report.like_for_like, report.step_size_controls) for m in members
+                    if m in pairs} | anchors
         figures[family] = [m for m in methods if m in members]
     return figures
 

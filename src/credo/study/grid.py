@@ -99,6 +99,13 @@ class ReportConfig(Section):
     like_for_like: dict[str, str] = Field(default_factory=dict)
     """Per method, a second baseline run alike but for the credit (the same optimiser steps per batch, the same
     learning rate), e.g. `{s_trace: grpo_4mb}`: the table and findings add the paired difference to it."""
+    step_size_controls: dict[str, str] = Field(default_factory=dict)
+    """Per method, its step-size control: a cell that runs the baseline's recipe at a step as large as the method's.
+
+    E.g. `{s_trace: grpo@lr=4e-04}`, GRPO at the learning rate whose mean update size (`optim/update_norm`) is
+    nearest the method's (a tuning study's report names it: `credo.study.tuning.step_size_controls`). The paired
+    difference of the primary endpoint's area to it joins the Holm family beside the contrast to the baseline, so a
+    gain that a larger step alone explains is not called credit. The baseline neither has one nor is one."""
     exploratory: list[str] = Field(default_factory=list)
     """Cells added after results were seen, labelled exploratory (a study plan's rule): their contrasts keep their
     raw 95% intervals and are read at the raw p, outside the Holm family, so adding one changes no planned verdict."""
@@ -371,6 +378,24 @@ def check_validation_split(config: RunConfig, where: str) -> None:
                           "validation), not on the test problems the study then reports; or mark it exploratory: true")
 
 
+def check_step_size_controls(report: ReportConfig, methods: list[str], path: Path) -> None:
+    """A `ConfigError` naming the entry of `report.step_size_controls` that is not a pair of two different methods
+    of the study, that gives the baseline a control (a control is the baseline's recipe: it has no contrast to read),
+    or whose control is the baseline (that contrast is already in the family: twice, it would count twice in Holm's
+    correction)."""
+    for method, control in report.step_size_controls.items():
+        where = f"{path}: report.step_size_controls {method}: {control}"
+        for name in (method, control):
+            if name not in methods:
+                raise ConfigError(f"{where}: {name!r} is not one of the methods: {', '.join(methods)}")
+        if method == control:
+            raise ConfigError(f"{where}: a method cannot be its own step-size control")
+        if method == report.baseline:
+            raise ConfigError(f"{where}: the baseline has no step-size control (a control runs the baseline's recipe)")
+        if control == report.baseline:
+            raise ConfigError(f"{where}: the baseline is no step-size control (its contrast is already in the family)")
+
+
 def load_study(path: str | Path, output: str | Path | None = None) -> Study:
     """Read and validate a study file; `output` overrides its output directory."""
     path = Path(path)
@@ -389,6 +414,7 @@ def load_study(path: str | Path, output: str | Path | None = None) -> Study:
             if name not in config.methods:
                 raise ConfigError(f"{path}: report.like_for_like {method}: {like}: {name!r} is not one of the methods: "
                                   f"{', '.join(config.methods)}")
+    check_step_size_controls(config.report, list(config.methods), path)
     if config.report.metric in config.report.secondary or len(set(config.report.secondary)) < len(config.report.secondary):
         raise ConfigError(f"{path}: report.secondary {config.report.secondary} repeats a metric or the primary endpoint "
                           f"{config.report.metric!r}")

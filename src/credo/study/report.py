@@ -144,7 +144,7 @@ def write_report(directory: str | Path, output: str | Path | None = None, *, htm
         elif not _keep(directory, out, page):
             continue
         blocks.append(Paragraph(f"Credit heatmaps of sample responses: [{page}]({page})."))
-    blocks += glossary()
+    blocks += glossary(report)
     if headline is not None:
         write_text_atomic(out / STUDY_FILE, dump_study(study))
     elif out.resolve() != directory.resolve():

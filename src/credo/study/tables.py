@@ -129,6 +129,13 @@ def table(result: DifficultyResult, report: ReportConfig) -> Table:
              lambda r: f"{difference_cell(r.auc_vs_like)} vs `{r.like_for_like}`" if r.auc_vs_like else "–"),
             ("verdict vs like-for-like (Holm p)", lambda r: verdict_cell(r.auc_vs_like) if r.auc_vs_like else "–"),
         ]
+    if report.step_size_controls:
+        columns += [
+            ("Δ area vs step-size control (raw 95%)",
+             lambda r: f"{difference_cell(r.auc_vs_control)} vs `{r.step_size_control}`" if r.auc_vs_control else "–"),
+            ("verdict vs step-size control (Holm p)",
+             lambda r: verdict_cell(r.auc_vs_control) if r.auc_vs_control else "–"),
+        ]
     if report.oracle:
         columns.append((f"share of {report.oracle} gain (Fieller 95%)",
                         lambda r: share_text(r, result) if r.share else "–"))
@@ -185,13 +192,21 @@ def secondary_table(result: DifficultyResult, report: ReportConfig) -> Table | N
     return Table(tuple(header), tuple(cells))
 
 
+def second_baselines(report: ReportConfig) -> str:
+    """The family's contrasts beside the baseline's, as the notes name them: `", and to its like-for-like baseline's
+    and its step-size control's"`, each where the study names any; "" where it names none."""
+    named = [name for name, pairs in (("its like-for-like baseline's", report.like_for_like),
+                                      ("its step-size control's", report.step_size_controls)) if pairs]
+    return f", and to {' and '.join(named)}" if named else ""
+
+
 def regime_notes(result: DifficultyResult, report: ReportConfig) -> list[Paragraph]:
     """How the regime's verdicts and areas were made: the family, its detectable effect, the areas' points."""
     family = result.family
     contrasts = (f"each method's paired difference of the {result.metric} area (the primary endpoint) to "
                  f"`{report.baseline}`'s"
                  + (f", of the secondary endpoints ({_names(report.secondary)})" if report.secondary else "")
-                 + (", and to its like-for-like baseline's" if report.like_for_like else ""))
+                 + second_baselines(report))
     notes = [f"Verdicts: Holm's correction over this regime's {family.size} contrasts ({contrasts}) at family-wise "
              f"level {ALPHA:g}; the tables give each raw 95% interval beside the Holm-adjusted p." if family.size else
              f"Verdicts: none of this regime's contrasts ({contrasts}) has a test."]
@@ -300,10 +315,20 @@ STEP_SIZE_TOLERANCE = 1.1
 """A cell whose mean update size is more than this multiple of the baseline's moves the policy further per batch."""
 
 
+def control_clause(row: MethodRow) -> str:
+    """`"; against its step-size control `grpo@lr=4e-04` it beats it (+0.1, ..., Holm p 0.01)"` where the row has a
+    contrast to its step-size control (`ReportConfig.step_size_controls`); "" otherwise."""
+    c = row.auc_vs_control
+    if c is None:
+        return ""
+    return f"; against its step-size control `{row.step_size_control}` it {verb(c)} it ({tested(c)})"
+
+
 def step_size_clause(row: MethodRow, base: MethodRow) -> str:
     """For a gain whose cell takes larger steps than the baseline (mean update size over `STEP_SIZE_TOLERANCE` x the
     baseline's): a clause saying so, since a larger step alone shows up as an early gain
-    (docs/guides/studies.md, "The report"); "" otherwise."""
+    (docs/guides/studies.md, "The report"), and pointing to the contrast with its step-size control where the report
+    has one (`control_clause`), or asking for that control where it has none; "" otherwise."""
     gain = row.auc_vs_baseline
     if (gain is None or gain.estimate.mean <= 0 or gain.verdict == "falls behind" or row.update_norm is None
             or base.update_norm is None or base.update_norm.mean <= 0):
@@ -311,6 +336,9 @@ def step_size_clause(row: MethodRow, base: MethodRow) -> str:
     ratio = row.update_norm.mean / base.update_norm.mean
     if ratio <= STEP_SIZE_TOLERANCE:
         return ""
+    if row.auc_vs_control is not None:
+        return (f"; its updates are {ratio:.2f}x the baseline's in size, so the contrast with its step-size control "
+                f"`{row.step_size_control}`, not the baseline's, says whether this gain is credit")
     return (f"; its updates are {ratio:.2f}x the baseline's in size, so before this gain is called credit, compare "
             "the baseline at a matched step size (a larger learning rate or more mini-batches)")
 
@@ -327,7 +355,8 @@ def findings(result: DifficultyResult, report: ReportConfig) -> list[str]:
         gain = oracle.auc_vs_baseline
         out.append(disagreement_sentence(oracle, result, report.baseline)
                    + f"The yardstick `{report.oracle}` {verb(gain)} `{report.baseline}` (paired difference of the "
-                   f"areas {tested(gain)}{secondary_clause(oracle)}{step_size_clause(oracle, base)}); a method's "
+                   f"areas {tested(gain)}{control_clause(oracle)}{secondary_clause(oracle)}"
+                   f"{step_size_clause(oracle, base)}); a method's "
                    "share of this gain says how much of perfect blame it recovers.")
     largest = next((m for m in result.metrics if m.startswith("pass@") and m != "pass@1"), None)
     for row in result.rows:
@@ -339,7 +368,7 @@ def findings(result: DifficultyResult, report: ReportConfig) -> list[str]:
                     f"{tested(diff)})")
         if row.auc_vs_like is not None:
             sentence += f"; it {verb(row.auc_vs_like)} its like-for-like `{row.like_for_like}` ({tested(row.auc_vs_like)})"
-        sentence += secondary_clause(row) + step_size_clause(row, base)
+        sentence += control_clause(row) + secondary_clause(row) + step_size_clause(row, base)
         if largest and largest in row.final_vs_baseline:
             sentence += f"; final {largest} {signed(row.final_vs_baseline[largest])} against the baseline's"
         if row.share is not None:
@@ -353,7 +382,17 @@ def findings(result: DifficultyResult, report: ReportConfig) -> list[str]:
     return out
 
 
-def glossary() -> list[Block]:
+STEP_SIZE_CONTROL_NOTE = (
+    "Δ area vs step-size control: the paired difference to the cell the study names as the method's step-size "
+    "control (`report.step_size_controls`): the baseline's recipe at a step as large as the method's (e.g. its "
+    "learning rate whose mean update size, `optim/update_norm`, is nearest the method's), so a gain that a larger "
+    "step alone explains does not beat it; its verdict is in the same Holm family as the others.")
+"""The glossary's line for the step-size controls' columns, in a report whose study names any."""
+
+
+def glossary(report: ReportConfig) -> list[Block]:
+    """The "How to read the tables" bullets: every column (the step-size controls' only where the study names
+    any)."""
     return [Heading("How to read the tables", 3), Bullets((
         "final: the held-out metric at the last evaluation (mean ± half-width of the 95% Student-t interval over seeds).",
         "area: the mean height of the learning curve against rollout tokens, from 0 to the budget in the header (the "
@@ -366,6 +405,7 @@ def glossary() -> list[Block]:
         "Δ area (raw 95%): the paired difference to the baseline's area, seed by seed, with its 95% t-interval in "
         "brackets, not corrected for the number of contrasts; vs like-for-like: to the baseline the study names for "
         "the method (`report.like_for_like`: the same optimiser steps per batch and learning rate).",
+        *((STEP_SIZE_CONTROL_NOTE,) if report.step_size_controls else ()),
         "verdict (Holm p): beats / falls behind / not distinguishable, from the two-sided paired t-test's p-value "
         "after Holm's (1979) correction over the regime's family (every Δ area vs the baseline, on the primary and "
         "every secondary endpoint, and vs a like-for-like baseline): p~_(i) = max over j <= i of min(1, (m - j + 1) "
