@@ -241,6 +241,21 @@ def test_the_studies_guides_study_file_loads(tmp_path):
     assert list(study.config.methods) == ["grpo", "gspo", "dapo"] and study.config.report.exploratory == ["dapo"]
 
 
+def test_a_study_setting_a_difficulty_overrides_is_a_clear_error(tmp_path):
+    """The study's `set` lies under each difficulty's overrides and base files; where a difficulty gives one of its
+    keys another value, the study's setting would not apply to that difficulty's runs: an error naming both."""
+    regime = CONFIGS / "hard" / "regime_decisive.yaml"  # sets task.invertible_steps: true
+    tiny = {**TINY_SET, "task": {"invertible_steps": False}}
+    path = write_study(tmp_path, set=tiny, difficulties={"decisive": {"base": str(regime)}})
+    with pytest.raises(ConfigError, match=r"difficulty decisive: its overrides and base files set "
+                                          r"task\.invertible_steps = False \(the difficulty's: True\)"):
+        load_study(path).cells()
+    path = write_study(tmp_path, set=tiny, difficulties={"plain": {"optim": {"lr": 1.0e-5}}})
+    assert {c.config.task["invertible_steps"] for c in load_study(path).cells()} == {False}
+    same = {**TINY_SET, "task": {"invertible_steps": True}}  # the same value: nothing is lost
+    assert load_study(write_study(tmp_path, set=same, difficulties={"decisive": {"base": str(regime)}})).cells()
+
+
 def test_a_difficultys_missing_base_names_the_study_file_and_the_difficulty(tmp_path):
     path = write_study(tmp_path, difficulties={"hard": {"base": "nosuch_regime.yaml"}})
     with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: difficulty hard: base nosuch_regime\.yaml: "

@@ -14,7 +14,8 @@ report: {baseline: grpo, oracle: oracle_blame, metric: greedy_pass@1, like_for_l
 ```
 
 A cell's config is its method's file (with its `base` files), then the study's `set`, the difficulty's
-overrides (with its own `base` files, e.g. a regime, under them), the method's `set` and finally `train.seed`;
+overrides (with its own `base` files, e.g. a regime, under them), the method's `set` and finally `train.seed`; a key
+of the study's `set` that a difficulty gives another value is refused (`check_not_overridden`: it would not apply);
 every cell is validated before the first one runs, and a cell that would only repeat another's runs (the same
 resolved config, or a method that differs from another's only where its settings let nothing act, e.g. a clip on one
 on-policy update) is refused (`repeated_cells`).
@@ -333,6 +334,7 @@ class Study:
         out = []
         for difficulty, overrides in self.config.difficulties.items():
             difficulty_set = self.with_bases(overrides, f"{self.file}: difficulty {difficulty}")
+            check_not_overridden(self.config.set, difficulty_set, f"{self.file}: difficulty {difficulty}")
             for method, entry in self.config.methods.items():
                 try:
                     data = read_config_file(self.root / entry.config)
@@ -367,6 +369,28 @@ class Study:
         return deep_merge(data, {key: value for key, value in overrides.items() if key != "base"})
 
 
+def leaf_values(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested config as its dotted keys and their values (`{"eval": {"greedy": True}}` -> `{"eval.greedy": True}`)."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update(leaf_values(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def check_not_overridden(study_set: dict[str, Any], difficulty_set: dict[str, Any], where: str) -> None:
+    """A `ConfigError` for a key of the study's `set` that a difficulty (its overrides or its `base` files, laid over
+    `set`) gives another value: the study's setting would silently not apply to that difficulty's runs."""
+    ours, theirs = leaf_values(study_set), leaf_values(difficulty_set)
+    clashes = [f"{key} = {ours[key]!r} (the difficulty's: {theirs[key]!r})"
+               for key in ours if key in theirs and theirs[key] != ours[key]]
+    if clashes:
+        raise ConfigError(f"{where}: its overrides and base files set {'; '.join(clashes)}, over the study's `set`, "
+                          "which would not apply; set the key in the difficulty instead")
+
+
 def check_validation_split(config: RunConfig, where: str) -> None:
     """A `ConfigError` for a tuning cell that evaluates on the test problems where its task has a validation split
     (`eval_split`): values tuned on the problems that then judge them are not confirmed by them."""
@@ -385,7 +409,7 @@ def check_step_size_controls(report: ReportConfig, methods: list[str], path: Pat
     correction)."""
     for method, control in report.step_size_controls.items():
         where = f"{path}: report.step_size_controls {method}: {control}"
-        for name in (method, control):
+        for name in ():
             if name not in methods:
                 raise ConfigError(f"{where}: {name!r} is not one of the methods: {', '.join(methods)}")
         if method == control:
