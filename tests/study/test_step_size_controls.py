@@ -181,6 +181,16 @@ def test_the_tables_and_findings_name_the_control(tmp_path):
     assert "its updates are 2.00x the baseline's in size, so before this gain is called credit, compare" in plain
 
 
+def test_the_yardsticks_finding_reads_its_gain_against_its_control(tmp_path):
+    """An oracle with a step-size control (the ranking plan's `oracle_steps`): its sentence names the contrast too."""
+    rows = controlled_study(tmp_path / "s", oracle="big", step_size_controls=CONTROLS)
+    c = rows["big"]["auc_vs_step_size_control"]
+    finding = next(line for line in (tmp_path / "s" / "report.md").read_text().splitlines()
+                   if line.startswith("- The yardstick `big` beats `grpo`"))
+    assert f"; against its step-size control `grpo_big` it is not distinguishable from it ({c['mean']:+.3f}," in finding
+    assert "so the contrast with its step-size control `grpo_big`, not the baseline's, says whether" in finding
+
+
 def test_family_figures_hold_the_step_size_controls():
     from credo.study.figures import family_figures
     from credo.study.grid import ReportConfig
