@@ -409,7 +409,7 @@ def check_step_size_controls(report: ReportConfig, methods: list[str], path: Pat
     correction)."""
     for method, control in report.step_size_controls.items():
         where = f"{path}: report.step_size_controls {method}: {control}"
-        for name in ():
+        for name in (method, control):
             if name not in methods:
                 raise ConfigError(f"{where}: {name!r} is not one of the methods: {', '.join(methods)}")
         if method == control:
