@@ -109,6 +109,7 @@ def random_batch(B: int, T: int, generator: torch.Generator) -> RolloutBatch:
     thought_wrong = response_mask & (uniform(B, T + 1) < 0.3).gather(1, segment_ids.clamp(min=0))  # a checker's verdicts
     pi = old_logp.exp()  # the sampled token's probability: sum_v pi_v^2 lies in [pi^2, pi^2 + (1 - pi)^2]
     sum_pi_squared = pi.square() + uniform(B, T) * (1 - pi).square()
+    info_gain = (uniform(B, T + 1) - 0.3).gather(1, segment_ids.clamp(min=0))  # IGPO: each turn's information gain
     return thoughts_as_turns(RolloutBatch(  # the turn-level methods read the thoughts as turns
         response_ids=torch.randint(VOCAB, (B, T), generator=generator),
         response_mask=response_mask,
@@ -130,6 +131,8 @@ def random_batch(B: int, T: int, generator: torch.Generator) -> RolloutBatch:
         branch_id=torch.arange(B) // (GROUP_SIZE * 5),  # FR3E: 5 states' groups continue one response
         edge_mask=response_mask & (uniform(B, T) < 0.4),  # SPO-tree: the tokens of the edges a row carries
         sum_pi_squared=torch.where(response_mask, sum_pi_squared, 0.0),
+        info_gain=torch.where(response_mask, info_gain, 0.0),
+        tree_id=torch.arange(B) // (GROUP_SIZE // 2),  # Tree-GRPO: two trees a prompt
     ))
 
 
