@@ -174,7 +174,7 @@ def test_several_errors_are_all_listed():
 
 def test_unknown_method_and_switches():
     message = config_error(["method=gpro"])
-    assert "  method: unknown method 'gpro'; valid names: dapo, dr_grpo, fr3e, gigpo, grpo, grpo_lambda" in message
+    assert "  method: unknown method 'gpro'; valid names: arpo, dapo, dr_grpo, fr3e, gigpo, grpo, grpo_lambda" in message
     message = config_error(["loss.lamb=0.9"])
     assert re.search(r"  loss: unknown switch\(es\) lamb of grpo's loss \(PPOClipLoss\); allowed: .*\bclip_high\b",
                      message), message
