@@ -10,6 +10,15 @@ import torch
 from credo.batch import RolloutBatch
 
 
+def draw_outcomes(kind: str, size: int, gen: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
+    """(size,) episodes' outcomes: "binary" (0 or 1), "dyadic" ({0, 0.25, .., 1}) or "uniform" ([0, 1))."""
+    if kind == "binary":
+        return (torch.rand(size, generator=gen) < 0.5).to(dtype)
+    if kind == "dyadic":
+        return torch.randint(0, 5, (size,), generator=gen).to(dtype) / 4
+    return torch.rand(size, generator=gen, dtype=dtype)
+
+
 def episode_batch(seed: int, *, sizes: tuple[int, ...] | None = None, max_turns: int = 5, states: int | None = None,
                   turn_rewards: str = "random", outcome: str = "binary", one_turn: bool = False,
                   empty_rows: bool = False, dtype: torch.dtype = torch.float64) -> RolloutBatch:
@@ -59,12 +68,7 @@ def episode_batch(seed: int, *, sizes: tuple[int, ...] | None = None, max_turns:
             policy[b, at:at + p] = True
             mask[b, at:at + p + o] = True
             at += p + o
-    if outcome == "binary":
-        rewards = (torch.rand(B, generator=gen) < 0.5).to(dtype)
-    elif outcome == "dyadic":
-        rewards = torch.randint(0, 5, (B,), generator=gen).to(dtype) / 4
-    else:
-        rewards = torch.rand(B, generator=gen, dtype=dtype)
+    rewards = draw_outcomes(outcome, B, gen, dtype)
     perm = torch.randperm(B, generator=gen)  # groups interleaved
     fields = dict(response_ids=torch.randint(0, 50, (B, width), generator=gen), response_mask=mask, loss_mask=policy,
                   group_id=torch.tensor(group_of), rewards=rewards, correct=rewards >= 1,

@@ -16,6 +16,7 @@ from collections import defaultdict
 import numpy as np
 import pytest
 import torch
+from episodes import draw_outcomes
 
 from credo.batch import RolloutBatch
 from credo.credit import GroupAdvantage
@@ -66,12 +67,7 @@ def tree_batch(seed: int, *, trees: int | None = None, leaves: int | None = None
             if k == 0:
                 response_ids[b, at:at + p + o] = torch.arange(p + o) + 100 * tree  # the shared turn: one text
             at += p + o
-    if outcome == "binary":
-        rewards = (torch.rand(B, generator=gen) < 0.5).to(dtype)
-    elif outcome == "dyadic":
-        rewards = torch.randint(0, 5, (B,), generator=gen).to(dtype) / 4
-    else:
-        rewards = torch.rand(B, generator=gen, dtype=dtype)
+    rewards = draw_outcomes(outcome, B, gen, dtype)
     perm = torch.randperm(B, generator=gen)
     fields = dict(response_ids=response_ids, response_mask=mask, loss_mask=policy,
                   group_id=torch.tensor([r[0] for r in rows]), tree_id=torch.tensor([r[1] for r in rows]),
