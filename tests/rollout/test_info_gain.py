@@ -113,9 +113,14 @@ def test_a_backend_that_cannot_score_and_an_environment_without_a_gold_answer_ar
         InfoGainSampler().sample(ScoringScript(), task, ProblemStream(task, seed=0), options())
 
 
-def test_igpo_refuses_a_task_without_an_environment_when_the_config_is_read():
+def test_igpo_refuses_a_task_without_an_environment_when_the_config_is_read_and_when_it_samples():
     with pytest.raises(ConfigError, match="the info_gain sampler draws multi-turn episodes only.*task arith"):
         load_config(None, ["method=igpo"])
+    from credo.tasks.arith import ArithTask
+
+    task = ArithTask()
+    with pytest.raises(ValueError, match="the info_gain sampler draws multi-turn episodes only"):
+        InfoGainSampler().sample(ScoringScript(), task, ProblemStream(task, seed=0), options())
     assert load_config(None, ["method=igpo", "task.name=calculator"]).method == "igpo"
 
 

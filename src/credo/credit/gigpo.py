@@ -49,16 +49,11 @@ from torch import Tensor
 from credo.batch import RolloutBatch
 from credo.checks import check_choice, check_range
 from credo.credit.base import Metrics
+from credo.credit.turns import turn_starts
 
 MODES = ("mean_norm", "mean_std_norm")
 EPISODE_STATS = ("steps", "episodes")
 LONE = ("zero", "score")
-
-
-def turn_starts(thought_ids: Tensor, response_mask: Tensor) -> Tensor:
-    """(B, T) bool: the first response token of every turn (a token whose turn differs from the token before)."""
-    changed = torch.nn.functional.pad(thought_ids[:, 1:] != thought_ids[:, :-1], (1, 0), value=True)
-    return response_mask & changed
 
 
 def discounted_returns(turn_rewards: Tensor, gamma: float) -> Tensor:

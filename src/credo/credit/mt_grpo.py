@@ -61,7 +61,7 @@ from credo.batch import RolloutBatch
 from credo.checks import check_choice, check_range
 from credo.credit.base import Metrics
 from credo.credit.groups import group_advantages
-from credo.credit.turns import turn_advantages
+from credo.credit.turns import turn_advantages, turn_starts
 
 TURNS = ("first", "all")
 
@@ -78,7 +78,7 @@ def episode_turns(thought_ids: Tensor, turn_reward: Tensor, response_mask: Tenso
     last = torch.nn.functional.pad(torch.where(response_mask, thought_ids, -1), (0, 1), value=-1)  # (B, T + 1)
     turns = last.amax(dim=1) + 1
     width = max(int(turns.max()), 1)
-    starts = response_mask & torch.nn.functional.pad(thought_ids[:, 1:] != thought_ids[:, :-1], (1, 0), value=True)
+    starts = turn_starts(thought_ids, response_mask)
     rows, positions = starts.nonzero(as_tuple=True)  # one item per (row, turn)
     rewards = torch.zeros(thought_ids.shape[0], width, dtype=turn_reward.dtype, device=turn_reward.device)
     rewards[rows, thought_ids[rows, positions]] = turn_reward[rows, positions]

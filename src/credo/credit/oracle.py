@@ -40,6 +40,7 @@ from credo.batch import RolloutBatch
 from credo.checks import check_choice, check_range
 from credo.credit.base import Metrics
 from credo.credit.groups import SCALES, GroupAdvantage, failed_rows, group_advantages
+from credo.credit.turns import turn_starts
 
 LUCKY = ("all", "before")
 NORMS = ("response", "trained")
@@ -107,7 +108,7 @@ def decision_advantages(thought_ids: Tensor, thought_wrong: Tensor, group_id: Te
         thought_judged: (B, T) bool, the tokens of the thoughts the checker judged (None: all of them).
     """
     judged = response_mask if thought_judged is None else response_mask & thought_judged
-    starts = judged & torch.nn.functional.pad(thought_ids[:, 1:] != thought_ids[:, :-1], (1, 0), value=True)
+    starts = turn_starts(thought_ids, judged)  # the first token of each judged thought
     rows, positions = starts.nonzero(as_tuple=True)  # one item per (row, thought)
     if rows.numel() == 0:
         return torch.zeros(response_mask.shape, device=response_mask.device)

@@ -16,12 +16,22 @@ bias is a hidden `-E[R_intermediate]` per extra turn (docs/results/agents/source
 module measures it exactly on a tabular episode and shows this baseline free of it.
 
 With one turn per episode `A_{i,1} = R_i - mean_g R` (leave-one-out: RLOO's), GRPO's centring.
+
+`turn_starts` finds each turn's (or thought's) first token from the batch's `thought_ids`, for every estimator that
+reads one value per turn.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+
+def turn_starts(thought_ids: Tensor, response_mask: Tensor) -> Tensor:
+    """(B, T) bool: the first response token of every turn (or thought: a token whose `thought_ids` differs from the
+    token before it), within `response_mask`."""
+    changed = torch.nn.functional.pad(thought_ids[:, 1:] != thought_ids[:, :-1], (1, 0), value=True)
+    return response_mask & changed
 
 
 def turn_returns(turn_rewards: Tensor, turns: Tensor) -> Tensor:

@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 from credo.batch import RecordedField
+from credo.credit.turns import turn_starts
 from credo.rollout.backend import GenerationBackend, ScoringBackend
 from credo.rollout.groups import ProblemStream, Rollout, sample_groups
 from credo.rollout.samplers.base import Sampler, registered
@@ -53,17 +54,6 @@ class InfoGainConfig(Section):
     log-probability (`log_prob_diff`)."""
 
 
-def turn_starts(thought_ids: Tensor, response_mask: Tensor) -> list[list[int]]:
-    """Each row's turns' first positions (its `thought_ids`: each token's turn, observations taking the turn they
-    answer, so turn `k` starts at the first position holding `k`)."""
-    starts = response_mask & torch.nn.functional.pad(thought_ids[:, 1:] != thought_ids[:, :-1], (1, 0), value=True)
-    rows, positions = starts.nonzero(as_tuple=True)
-    out: list[list[int]] = [[] for _ in range(thought_ids.shape[0])]
-    for row, position in zip(rows.tolist(), positions.tolist(), strict=True):
-        out[row].append(position)
-    return out
-
-
 def state_values(logprobs: list[list[float]], value: str) -> list[float]:
     """Each scored state's value from its gold tokens' log-probs: their mean (`log_prob`) or its exp (`prob`)."""
     means = [sum(row) / len(row) for row in logprobs]
@@ -76,26 +66,24 @@ def information_gain(backend: ScoringBackend, rollout: Rollout, gold: list[tuple
     states scored. `gold[i]` is row `i`'s answer turn as token ids: its lead and its scored answer."""
     c = rollout.completions
     thoughts = rollout.checks["thought_ids"]
-    starts = turn_starts(thoughts, c.response_mask)
-    contexts, answers, owners = [], [], []
-    for row, row_starts in enumerate(starts):
-        if len(row_starts) < 2:
-            continue
+    rows, positions = turn_starts(thoughts, c.response_mask).nonzero(as_tuple=True)
+    starts: dict[int, list[int]] = {}
+    for row, position in zip(rows.tolist(), positions.tolist(), strict=True):
+        starts.setdefault(row, []).append(position)
+    scored = {row: row_starts for row, row_starts in starts.items() if len(row_starts) >= 2}  # one turn: no gain
+    contexts, answers = [], []
+    for row, row_starts in scored.items():
         prompt = c.prompt_ids[row][c.prompt_mask[row]].tolist()
         response = c.response_ids[row].tolist()
         lead, answer = gold[row]
-        for start in row_starts:  # the states before each turn: v_0 .. v_{K-1}
-            contexts.append(prompt + response[:start] + lead)
-            answers.append(answer)
-            owners.append(row)
+        contexts += [prompt + response[:start] + lead for start in row_starts]  # the states before each turn
+        answers += [answer] * len(row_starts)
     gains = torch.zeros(thoughts.shape, dtype=torch.float32)
     if not contexts:
         return gains, 0
     values = state_values(backend.score(contexts, answers), value)
     at = 0
-    for row, row_starts in enumerate(starts):
-        if len(row_starts) < 2:
-            continue
+    for row, row_starts in scored.items():  # v_0 .. v_{K-1}: IG_k = v_{k+1} - v_k, none on the last turn
         v = values[at:at + len(row_starts)]
         at += len(row_starts)
         per_turn = torch.tensor([v[k + 1] - v[k] for k in range(len(row_starts) - 1)] + [0.0])
@@ -129,6 +117,7 @@ class InfoGainSampler(Sampler):
     needs_environment: ClassVar[bool] = True
 
     def sample(self, backend: GenerationBackend, task: Task, stream: ProblemStream, options: RolloutConfig) -> Rollout:
+        self.check(options, task.checks_steps, task.environment is not None)
         environment = task.environment
         if not isinstance(backend, ScoringBackend):
             raise ValueError(f"IGPO's information gain scores the gold answer under the policy, and the "
