@@ -21,7 +21,8 @@ from episodes import episode_batch, turns_of
 
 from credo.batch import RolloutBatch
 from credo.credit import GroupAdvantage
-from credo.credit.gigpo import GiGPOAdvantage, discounted_returns
+from credo.credit.gigpo import GiGPOAdvantage
+from credo.credit.turns import discounted_returns
 from credo.losses import PPOClipLoss
 from credo.rollout.episodes import Episodes
 from credo.tasks.environment import TurnOutcome

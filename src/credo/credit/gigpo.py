@@ -49,20 +49,11 @@ from torch import Tensor
 from credo.batch import RolloutBatch
 from credo.checks import check_choice, check_range
 from credo.credit.base import Metrics
-from credo.credit.turns import turn_starts
+from credo.credit.turns import discounted_returns, turn_starts
 
 MODES = ("mean_norm", "mean_std_norm")
 EPISODE_STATS = ("steps", "episodes")
 LONE = ("zero", "score")
-
-
-def discounted_returns(turn_rewards: Tensor, gamma: float) -> Tensor:
-    """(B, K) `R[i, t] = sum_{k >= t} gamma^(k - t) r[i, k]` of (B, K) turn rewards (0 past an episode's turns)."""
-    K = turn_rewards.shape[1]
-    k = torch.arange(K, device=turn_rewards.device)
-    ahead = k.unsqueeze(0) - k.unsqueeze(1)  # (K, K): k - t
-    discount = torch.tensor(gamma, dtype=turn_rewards.dtype, device=turn_rewards.device) ** ahead.clamp(min=0)
-    return turn_rewards @ torch.where(ahead >= 0, discount, 0.0).T  # discount[t, k] = gamma^(k - t), k >= t
 
 
 def group_normalise(values: Tensor, groups: Tensor, weights: Tensor, *, std: bool, std_ddof: int, eps: float,

@@ -46,6 +46,7 @@ from credo.batch import RolloutBatch
 from credo.checks import check_choice, check_range
 from credo.credit.base import Metrics
 from credo.credit.mt_grpo import episode_turns
+from credo.credit.turns import discounted_returns
 
 NORMS = ("joint", "separate")
 
@@ -70,16 +71,6 @@ def pooled_normalise(values: Tensor, pools: Tensor, taken: Tensor, *, scale: boo
         normalised = normalised / (std[ids] + eps)
     out = torch.zeros_like(values)
     out[taken] = normalised
-    return out
-
-
-def discounted_to_go(rewards: Tensor, turns: Tensor, gamma: float) -> Tensor:
-    """(B, K) `sum_{j >= k, j < turns[i]} gamma^(j - k) rewards[i, j]`, 0 past an episode's turns."""
-    out = torch.zeros_like(rewards)
-    running = torch.zeros_like(rewards[:, 0])
-    for k in range(rewards.shape[1] - 1, -1, -1):
-        running = torch.where(k < turns, rewards[:, k] + gamma * running, 0.0)
-        out[:, k] = running
     return out
 
 
@@ -120,7 +111,7 @@ class IGPOAdvantage:
         rewards = torch.where(last, batch.rewards.to(dtype).unsqueeze(1), gains)
         pools = batch.group_id.unsqueeze(1) * 2 + (last if self.norm == "separate" else torch.zeros_like(last))
         normalised = pooled_normalise(rewards, pools, taken, scale=self.scale, eps=self.eps)
-        table = discounted_to_go(normalised, turns, self.gamma)  # (B, K)
+        table = discounted_returns(normalised, self.gamma)  # (B, K), 0 past each episode's turns
         turn_of = thoughts.clamp(min=0, max=table.shape[1] - 1)
         advantages = torch.where(batch.loss_mask, table.gather(1, turn_of), 0.0)  # (B, T)
         gained = taken & ~last

@@ -18,7 +18,7 @@ module measures it exactly on a tabular episode and shows this baseline free of 
 With one turn per episode `A_{i,1} = R_i - mean_g R` (leave-one-out: RLOO's), GRPO's centring.
 
 `turn_starts` finds each turn's (or thought's) first token from the batch's `thought_ids`, for every estimator that
-reads one value per turn.
+reads one value per turn; `discounted_returns` sums turn rewards to go (GiGPO's and IGPO's, and undiscounted here).
 """
 
 from __future__ import annotations
@@ -34,6 +34,15 @@ def turn_starts(thought_ids: Tensor, response_mask: Tensor) -> Tensor:
     return response_mask & changed
 
 
+def discounted_returns(turn_rewards: Tensor, gamma: float) -> Tensor:
+    """(B, K) `R[i, t] = sum_{k >= t} gamma^(k - t) r[i, k]` of (B, K) turn rewards (0 past an episode's turns)."""
+    K = turn_rewards.shape[1]
+    k = torch.arange(K, device=turn_rewards.device)
+    ahead = k.unsqueeze(0) - k.unsqueeze(1)  # (K, K): k - t
+    discount = torch.tensor(gamma, dtype=turn_rewards.dtype, device=turn_rewards.device) ** ahead.clamp(min=0)
+    return turn_rewards @ torch.where(ahead >= 0, discount, 0.0).T  # discount[t, k] = gamma^(k - t), k >= t
+
+
 def turn_returns(turn_rewards: Tensor, turns: Tensor) -> Tensor:
     """(B, K) return-to-go `G[i, t] = sum_{k >= t, k < turns[i]} turn_rewards[i, k]`, 0 past an episode's turns.
 
@@ -42,8 +51,7 @@ def turn_returns(turn_rewards: Tensor, turns: Tensor) -> Tensor:
         turns: (B,) int64 in 1..K, each episode's number of turns.
     """
     taken = torch.arange(turn_rewards.shape[1], device=turns.device).unsqueeze(0) < turns.unsqueeze(1)
-    rewards = torch.where(taken, turn_rewards, 0.0)
-    return torch.where(taken, rewards.flip(1).cumsum(1).flip(1), 0.0)
+    return torch.where(taken, discounted_returns(torch.where(taken, turn_rewards, 0.0), 1.0), 0.0)
 
 
 def turn_advantages(turn_rewards: Tensor, turns: Tensor, group_id: Tensor, *, leave_one_out: bool = True) -> Tensor:
