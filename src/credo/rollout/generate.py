@@ -11,6 +11,7 @@ from torch import Tensor
 from credo.hf_compat import cache_keyword
 from credo.rollout.crn import CommonRandomNumbers, sample_by_inversion, uniforms
 from credo.rollout.decode_step import DecodeStep
+from credo.rollout.padding import left_pad, right_pad
 from credo.rollout.score import score_continuations
 
 
@@ -87,26 +88,6 @@ def end_token_ids(model, tokenizer) -> list[int]:
     for value in (tokenizer.eos_token_id, declared):
         ids += [int(i) for i in (value if isinstance(value, (list, tuple)) else [value]) if i is not None]
     return list(dict.fromkeys(ids))
-
-
-def left_pad(rows: list[list[int]], pad: int) -> tuple[Tensor, Tensor]:
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    mask = torch.zeros(len(rows), width, dtype=torch.bool)
-    for i, r in enumerate(rows):
-        ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
-        mask[i, width - len(r) :] = True
-    return ids, mask
-
-
-def right_pad(rows: list[list[int]], pad: int) -> tuple[Tensor, Tensor]:
-    width = max(1, max(len(r) for r in rows))
-    ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    mask = torch.zeros(len(rows), width, dtype=torch.bool)
-    for i, r in enumerate(rows):
-        ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
-        mask[i, : len(r)] = True
-    return ids, mask
 
 
 @torch.no_grad()

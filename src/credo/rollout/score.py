@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from credo.logprobs import token_logprobs
+from credo.rollout.padding import right_pad
 
 
 @torch.no_grad()
@@ -26,23 +27,19 @@ def score_continuations(model, contexts: list[list[int]], continuations: list[li
     out: list[list[float]] = []
     for start in range(0, len(contexts), batch_size):
         chunk = list(zip(contexts[start:start + batch_size], continuations[start:start + batch_size], strict=True))
-        width = max(len(x) + len(y) for x, y in chunk)
-        ids = torch.full((len(chunk), width), pad, dtype=torch.long)
-        mask = torch.zeros(len(chunk), width, dtype=torch.long)
+        ids, mask = right_pad([x + y for x, y in chunk], pad)
         rows, positions, targets = [], [], []
         for i, (x, y) in enumerate(chunk):
-            ids[i, :len(x) + len(y)] = torch.tensor(x + y, dtype=torch.long)
-            mask[i, :len(x) + len(y)] = 1
             rows += [i] * len(y)
             positions += range(len(x) - 1, len(x) + len(y) - 1)  # the position before each continuation token
             targets += y
-        hidden = model.get_decoder()(input_ids=ids.to(device), attention_mask=mask.to(device)).last_hidden_state
+        hidden = model.get_decoder()(input_ids=ids.to(device), attention_mask=mask.long().to(device)).last_hidden_state
         picked = hidden[torch.tensor(rows, dtype=torch.long, device=device),
                         torch.tensor(positions, dtype=torch.long, device=device)]  # (N, H)
         logp, _ = token_logprobs(picked, head.weight, torch.tensor(targets, dtype=torch.long, device=device),
                                  bias=head.bias)
-        values = logp.float().cpu().tolist()
+        values, at = logp.float().cpu().tolist(), 0
         for _, y in chunk:
-            out.append(values[:len(y)])
-            values = values[len(y):]
+            out.append(values[at:at + len(y)])
+            at += len(y)
     return out
