@@ -40,7 +40,7 @@ GROUPS = ("both", "inter", "intra")
 
 
 def tree_group_advantages(rewards: Tensor, group_id: Tensor, tree_id: Tensor, *, groups: str = "both",
-                          lone: str = "score", std_ddof: int = 1, eps: float = 1e-6) -> tuple[Tensor, Tensor]:
+                          lone: str = "zero", std_ddof: int = 1, eps: float = 1e-6) -> tuple[Tensor, Tensor]:
     """(B,) each leaf's inter-tree term `z_prompt(R)` and (B,) its intra-tree term `z_tree(R)` (0 for the term that
     `groups` leaves out); a tree is a `(group_id, tree_id)` pair, so no tree spans prompts.
 
