@@ -104,8 +104,9 @@ class Method:
     """How rollout batches are drawn (`credo.rollout.samplers.SAMPLERS`): i.i.d. groups (`groups`), resets of
     failed rollouts (`resets`), revisions of failures (`revisions`), Monte-Carlo values of the states between
     thoughts (`vine`) or at low-probability tokens (`spo_chain`), a tree of segments (`spo_tree`),
-    continuations from high-entropy tokens (`fr3e`), trees of episodes branching at turn boundaries (`tree`), or
-    episodes branching after tool results where the policy's entropy rises (`entropy_branch`)."""
+    continuations from high-entropy tokens (`fr3e`), i.i.d. episodes each turn's information gain scored
+    (`info_gain`), trees of episodes branching at turn boundaries (`tree`), or episodes branching after tool results
+    where the policy's entropy rises (`entropy_branch`)."""
     estimator: CreditEstimator
     loss: PolicyLoss
 
