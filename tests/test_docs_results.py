@@ -119,16 +119,17 @@ def test_powered_study_tables_are_the_scripts_output() -> None:
     assert shown == printed
 
 
-def test_the_verdicts_page_is_the_scripts_output_and_the_readme_links_it() -> None:
+def test_the_verdicts_page_is_the_scripts_output_and_the_findings_link_it() -> None:
     """The long study's verdicts page is what `reports.sh`'s study_verdicts.py command prints for the committed
-    reports, and the README's short findings link it (the front page holds no table of its own)."""
+    reports, and the study's findings page, which the README's paragraph links, links it."""
     from example_scripts import load_example
 
     script = (RESULTS / "long-study" / "reports.sh").read_text()
     folders = re.search(r'for output in ([^;]+); do\n  \[ -f "\$O/\$output/report.json" \]', script)[1].split()
     page = (RESULTS / "long-study" / "verdicts.md").read_text()
     assert page == load_example("study_verdicts").table([RESULTS / "long-study" / f for f in folders]) + "\n"
-    assert "](docs/results/long-study/verdicts.md)" in (ROOT / "README.md").read_text()
+    assert "](verdicts.md)" in (RESULTS / "long-study" / "README.md").read_text()
+    assert "](docs/results/long-study/README.md)" in (ROOT / "README.md").read_text()
 
 
 def _readme_text() -> dict[str, str]:

@@ -1,0 +1,383 @@
+"""The ranking study's pages, made from its reports so that no number on them is typed by hand.
+
+Reads the main family's report (`main/report.json` and `main/study.yaml`, written by `credo report
+docs/results/ranking/records/ranking-main -o docs/results/ranking/main`) and, once the survey has run, the survey's
+(`survey/`), and writes:
+
+- `README.md` in this folder, the results page: the yardstick's gain first, each main-family method against tuned
+  GRPO and against GRPO taking steps of its size (Holm), its share of per-decision blame's gain (Fieller), every
+  secondary endpoint, the plan's predictions each judged by a rule stated beside it, and the survey's per-seed
+  differences (descriptive);
+- the block between `BEGIN` and `END` in `docs/results/scope.md` (a section of its own at the page's end the first
+  time): per cell, the mechanism the regime lets act and what the study found;
+- the block between the same markers in the repository's `README.md`: the front page's paragraph.
+
+    python docs/results/ranking/pages.py            # write the pages
+    python docs/results/ranking/pages.py --check    # exit 1 where a page is not what the reports give
+
+The plan (plan.md) fixes the cells, the endpoints and the predictions judged here; its sentence "If the map finds
+no regime that reaches 0.15, ... say so in the first sentence of every finding" is `HEADROOM_NEEDED`.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from credo.io import write_text_atomic
+from credo.study.analysis import Contrast, DifficultyResult, MethodRow
+from credo.study.results import results_from_json
+from credo.study.stats import Estimate, Share, mean_interval
+from credo.study.tables import bracketed, p_text, share_text, verdict_cell
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[2]
+REGIME = "k100-n8-p06"
+BASELINE = "grpo@tuned"
+YARDSTICK = "oracle_steps@tuned"
+HEADROOM_NEEDED = 0.15
+"""The yardstick's gain over tuned GRPO the ranking needs (the issue's bar, plan.md "The question")."""
+BEGIN = "<!-- ranking-study: made by docs/results/ranking/pages.py from its reports; edit the script -->"
+END = "<!-- /ranking-study -->"
+SCOPE_HEADING = "## The ranking study: what each mechanism recovers where perfect blame has room"
+MECHANISMS = {
+    "oracle_steps@tuned": "per-decision truth from the step checker: the yardstick",
+    "oracle_blame@tuned": "first-error truth from the step checker",
+    "srpo_oracle@tuned": "a reset at the checker's first wrong thought",
+    "srpo@tuned": "a reset where the policy localises its first error",
+    "rrpo@tuned": "a reset at a random thought",
+    "ibpo@tuned": "revisions: the edit mask of a failure revised with a reference",
+    "grpo_4mb@tuned": "GRPO with IBPO's 4 mini-batches a batch (IBPO's like-for-like)",
+    "spo_tree@tuned": "step values from a tree of continuations",
+    "vine_lean@tuned": "step values from continuations of failures (lean)",
+}
+"""What each main-family cell's mechanism is (plan.md, "The regime and what its mechanisms can use")."""
+
+
+@dataclass(frozen=True)
+class Study:
+    """One report of the ranking study: its result in the regime and its per-seed areas of the headline metric."""
+
+    result: DifficultyResult
+    areas: dict[str, dict[int, float]]
+    """`{cell: {seed: sampled pass@1 area at equal rollout tokens}}`."""
+    order: list[str]
+    """The cells in the study file's order."""
+
+    def rows(self) -> list[MethodRow]:
+        """Every cell's row but the baseline's, in the study file's order."""
+        return sorted((r for r in self.result.rows if r.method != BASELINE), key=lambda r: self.order.index(r.method))
+
+    def controls(self) -> set[str]:
+        """The cells that are another's step-size control or like-for-like baseline."""
+        return {c for r in self.result.rows for c in (r.step_size_control, r.like_for_like) if c}
+
+    def row(self, cell: str) -> MethodRow | None:
+        return next((r for r in self.result.rows if r.method == cell), None)
+
+    def difference(self, cell: str, other: str) -> Estimate | None:
+        """`cell - other` in the headline area, paired by seed, with its raw 95% interval (outside the family)."""
+        ours, theirs = self.areas.get(cell, {}), self.areas.get(other, {})
+        paired = [ours[s] - theirs[s] for s in sorted(ours) if s in theirs]
+        return mean_interval(paired) if paired else None
+
+
+def load(folder: Path) -> Study | None:
+    """The study whose report `credo report` wrote into `folder` (None: not written yet)."""
+    if not (folder / "report.json").exists():
+        return None
+    study = yaml.safe_load((folder / "study.yaml").read_text())
+    report = results_from_json(folder, study)[REGIME]
+    if report is None or report.values is None:
+        raise SystemExit(f"{folder}/report.json: no per-seed values of {REGIME} (report it from the run records)")
+    metric = report.result.metric
+    areas = {cell: {seed: v.area[metric] for seed, v in by_seed.items()}
+             for cell, by_seed in report.values.cells.items()}
+    return Study(report.result, areas, list(study["methods"]))
+
+
+# ------------------------------------------------------------------------------------------ the plan's predictions
+
+@dataclass(frozen=True)
+class Prediction:
+    """A prediction of the plan ("Predictions, per mechanism"), its words, and the rule that judges it."""
+
+    cell: str
+    said: str
+    rule: str
+    judge: Callable[[Study], tuple[str, str]]
+    """`(what was measured, "held" | "failed" | "not decided")`."""
+
+
+def share_within(cell: str, low: float | None, high: float | None) -> Callable[[Study], tuple[str, str]]:
+    """Held when the share's Fieller interval lies inside [low, high], failed when it lies outside."""
+    def judge(study: Study) -> tuple[str, str]:
+        row = study.row(cell)
+        if row is None or row.share is None or row.share.value is None:
+            return "not measured", "not decided"
+        share: Share = row.share
+        measured = share_text(row, study.result)
+        if share.low is None:
+            return measured, "not decided"
+        below, above = low if low is not None else float("-inf"), high if high is not None else float("inf")
+        if below <= share.low and share.high <= above:
+            return measured, "held"
+        return measured, "failed" if share.high < below or share.low > above else "not decided"
+    return judge
+
+
+def gain_near(cell: str, value: float) -> Callable[[Study], tuple[str, str]]:
+    """Held when `value` lies in the raw 95% interval of the cell's gain over GRPO, failed otherwise."""
+    def judge(study: Study) -> tuple[str, str]:
+        row = study.row(cell)
+        if row is None or row.auc_vs_baseline is None or row.auc_vs_baseline.estimate.low is None:
+            return "not measured", "not decided"
+        e = row.auc_vs_baseline.estimate
+        return bracketed(e), "held" if e.low <= value <= e.high else "failed"
+    return judge
+
+
+def not_above(cell: str, other: str, margin: float) -> Callable[[Study], tuple[str, str]]:
+    """Held when the paired difference `cell - other` is below `margin` over its whole raw 95% interval, failed
+    when the interval lies above 0."""
+    def judge(study: Study) -> tuple[str, str]:
+        e = study.difference(cell, other)
+        if e is None or e.low is None:
+            return "not measured", "not decided"
+        verdict = "held" if e.high < margin else "failed" if e.low > 0 else "not decided"
+        return f"{bracketed(e)} vs `{other}`", verdict
+    return judge
+
+
+def not_below(cell: str, other: str, margin: float) -> Callable[[Study], tuple[str, str]]:
+    """Held when the paired difference `cell - other` is above `-margin` over its whole raw 95% interval, failed
+    when the interval lies below 0."""
+    def judge(study: Study) -> tuple[str, str]:
+        e = study.difference(cell, other)
+        if e is None or e.low is None:
+            return "not measured", "not decided"
+        verdict = "held" if e.low > -margin else "failed" if e.high < 0 else "not decided"
+        return f"{bracketed(e)} vs `{other}`", verdict
+    return judge
+
+
+def near_baseline(cell: str, bound: float) -> Callable[[Study], tuple[str, str]]:
+    """A survey cell (too few seeds for a test): held when the mean difference to GRPO is within +/-`bound`."""
+    def judge(study: Study) -> tuple[str, str]:
+        e = study.difference(cell, BASELINE)
+        if e is None:
+            return "not measured", "not decided"
+        return f"{e.mean:+.3f} (mean of {e.n} seeds)", "held" if abs(e.mean) <= bound else "failed"
+    return judge
+
+
+MARGIN = 0.05
+"""The plan's equivalence margin, also the slack of "at or below" and "if any" here."""
+MAIN_PREDICTIONS = [
+    Prediction("oracle_steps@tuned", "beats GRPO by about +0.45 in sampled area (the map: +0.457)",
+               "+0.45 inside the gain's raw 95% interval", gain_near("oracle_steps@tuned", 0.45)),
+    Prediction("oracle_blame@tuned", "recovers a part of the yardstick's gain",
+               "share's interval inside [0, 1]", share_within("oracle_blame@tuned", 0.0, 1.0)),
+    Prediction("srpo_oracle@tuned", "little: share below 0.2", "share's interval below 0.2",
+               share_within("srpo_oracle@tuned", None, 0.2)),
+    Prediction("srpo@tuned", "at or below `srpo_oracle`'s", f"difference's interval below +{MARGIN}",
+               not_above("srpo@tuned", "srpo_oracle@tuned", MARGIN)),
+    Prediction("rrpo@tuned", "at or below `srpo_oracle`'s", f"difference's interval below +{MARGIN}",
+               not_above("rrpo@tuned", "srpo_oracle@tuned", MARGIN)),
+    Prediction("ibpo@tuned", "some, late: share between 0 and 0.4", "share's interval inside [0, 0.4]",
+               share_within("ibpo@tuned", 0.0, 0.4)),
+    Prediction("ibpo@tuned", "against `grpo_4mb`, a positive difference if any",
+               f"difference's interval above -{MARGIN}",
+               not_below("ibpo@tuned", "grpo_4mb@tuned", MARGIN)),
+    Prediction("spo_tree@tuned", "little: share below 0.2", "share's interval below 0.2",
+               share_within("spo_tree@tuned", None, 0.2)),
+    Prediction("vine_lean@tuned", "little: share below 0.2", "share's interval below 0.2",
+               share_within("vine_lean@tuned", None, 0.2)),
+]
+SURVEY_CELLS = ["grpo_lambda@tuned", "grpo_lambda_recent@tuned", "p_trace@tuned", "s_trace@tuned", "srpo_sampled@tuned",
+                "ktae@tuned", "otb@tuned", "gtpo@tuned", "dr_grpo@tuned", "dapo@tuned", "gspo@tuned",
+                "spo_chain_lean@tuned", "fr3e@tuned"]
+SURVEY_PREDICTIONS = [Prediction(cell, "within about +/-0.1 of GRPO in sampled area", "mean difference within +/-0.1",
+                                 near_baseline(cell, 0.1)) for cell in SURVEY_CELLS]
+
+
+# ------------------------------------------------------------------------------------------ the pages
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def contrast_cells(c: Contrast | None) -> list[str]:
+    """A contrast as two cells: the raw interval and the Holm verdict."""
+    return ["–", "–"] if c is None else [bracketed(c.estimate), verdict_cell(c)]
+
+
+def yardstick(study: Study) -> str:
+    """The first sentence of every finding: what per-decision blame is worth over tuned GRPO here."""
+    row = study.row(YARDSTICK)
+    c = row.auc_vs_baseline if row is not None else None
+    if c is None:
+        return f"Per-decision blame (`{YARDSTICK}`) has no finished run paired with tuned GRPO yet."
+    said = (f"Per-decision blame (`{YARDSTICK}`) beats tuned GRPO by {bracketed(c.estimate)} in sampled pass@1 area "
+            f"on {c.estimate.n} seeds" + ("" if c.p_holm is None else f" (Holm p {p_text(c.p_holm)})"))
+    if c.estimate.mean >= HEADROOM_NEEDED:
+        return said + f": the headroom the ranking needs (at least {HEADROOM_NEEDED})."
+    return said + (f", short of the {HEADROOM_NEEDED} the ranking needs: every finding below is read in a regime with "
+                   "less headroom than planned.")
+
+
+def methods(study: Study) -> list[MethodRow]:
+    """The credit methods: every cell but the baseline, the step-size controls and the like-for-like baselines."""
+    return [r for r in study.rows() if r.method not in study.controls()]
+
+
+def share_cell(r: MethodRow, study: Study) -> str:
+    """A method's share of the yardstick's gain (none for the yardstick itself and for the controls)."""
+    if r.share is None or r.method == YARDSTICK or r.method in study.controls():
+        return "–"
+    return share_text(r, study.result)
+
+
+def main_table(study: Study) -> str:
+    """A row per cell: its contrast to the baseline, its share, its contrast to its step-size control."""
+    rows = []
+    for r in study.rows():
+        role = " (control)" if r.method in study.controls() else ""
+        control = [f"`{r.step_size_control}`", *contrast_cells(r.auc_vs_control)] if r.step_size_control else \
+            ["–", "–", "–"] if role else [f"`{BASELINE}`", "(the contrast to the baseline)", "–"]
+        size = "–" if r.update_norm is None else f"{r.update_norm.mean:.4f}"
+        rows.append([f"`{r.method}`{role}", *contrast_cells(r.auc_vs_baseline), share_cell(r, study), *control, size])
+    return table(["cell", f"Δ area vs `{BASELINE}` (raw 95%)", "verdict (Holm p)", "share of the yardstick's gain",
+                  "step-size control", "Δ area vs control (raw 95%)", "verdict (Holm p)", "update size"], rows)
+
+
+def like_for_like_lines(study: Study) -> list[str]:
+    return [f"`{r.method}` against its like-for-like `{r.like_for_like}`: {' '.join(contrast_cells(r.auc_vs_like))}."
+            for r in study.rows() if r.like_for_like]
+
+
+def secondary_table(study: Study) -> str:
+    endpoints = list(next((r.secondary_vs_baseline for r in study.rows() if r.secondary_vs_baseline), {}))
+    rows = [[f"`{r.method}`", *(" ".join(contrast_cells(r.secondary_vs_baseline.get(e))) for e in endpoints)]
+            for r in study.rows()]
+    return table(["cell", *(f"Δ {e} vs `{BASELINE}` (Holm)" for e in endpoints)], rows)
+
+
+def prediction_rows(predictions: list[Prediction], study: Study) -> tuple[list[list[str]], dict[str, int]]:
+    rows, counts = [], {"held": 0, "failed": 0, "not decided": 0}
+    for p in predictions:
+        measured, verdict = p.judge(study)
+        counts[verdict] += 1
+        rows.append([f"`{p.cell}`", p.said, p.rule, measured, f"**{verdict}**" if verdict == "failed" else verdict])
+    return rows, counts
+
+
+def counted(counts: dict[str, int]) -> str:
+    return f"{counts['held']} held, {counts['failed']} failed, {counts['not decided']} not decided"
+
+
+def results_page(main: Study, survey: Study | None) -> str:
+    family = main.result.family
+    rows, counts = prediction_rows(MAIN_PREDICTIONS, main)
+    parts = [
+        "# The ranking study: what it found", "", BEGIN, "",
+        f"{yardstick(main)} The study of [the plan](plan.md) ranks credo's methods in the regime the headroom map "
+        f"chose (`{REGIME}`), each at the learning rate one tuning rule chose for it ([tuning](tuning/report.md)), "
+        "against GRPO at its own tuned rate and against GRPO taking steps of the method's size. Reports: "
+        "[the main family](main/report.md)" + (", [the survey](survey/report.md)" if survey else "") + ".",
+        "",
+        "## Each method against GRPO and against a step of its size", "",
+        "Primary endpoint: sampled pass@1 area at equal rollout tokens, paired by seed. One Holm family of "
+        f"{family.size} tests over {family.seeds} paired seeds (minimum detectable effect at 80% power after Holm: "
+        f"{'–' if family.mde is None else f'{family.mde:.3f}'}); \"equivalent\" is TOST at the plan's margin, "
+        "\"not distinguishable\" neither beats, falls behind nor is equivalent. The share is the gain over GRPO as a "
+        "fraction of the yardstick's, with Fieller's 95% interval; the update size is the mean `optim/update_norm`.",
+        "", main_table(main), "", *like_for_like_lines(main), "",
+        "## The plan's predictions", "",
+        f"Written before the runs (plan.md, \"Predictions, per mechanism\"), each judged by the rule beside it: "
+        f"{counted(counts)}.", "",
+        table(["cell", "predicted", "judged by", "measured", "outcome"], rows), "",
+        "## Every endpoint", "",
+        "The secondary endpoints, in the primary's Holm family: greedy pass@1 area and the final avg@16 on the 200 "
+        "test problems at temperature 1.0 and 0.6.", "",
+        secondary_table(main), "",
+    ]
+    if survey is not None:
+        srows, scounts = prediction_rows(SURVEY_PREDICTIONS, survey)
+        parts += ["## The survey", "",
+                  f"Descriptive ({survey.result.family.seeds} paired seeds, no test): each cell's mean difference to "
+                  f"GRPO in sampled pass@1 area against the plan's prediction: {counted(scounts)}.", "",
+                  table(["cell", "predicted", "judged by", "measured", "outcome"], srows), ""]
+    return "\n".join(parts + [END, ""])
+
+
+def scope_block(main: Study) -> str:
+    rows = [[f"`{r.method}`", MECHANISMS.get(r.method, "–"), " ".join(contrast_cells(r.auc_vs_baseline)),
+             " ".join(contrast_cells(r.auc_vs_control)) if r.step_size_control else "(its control is the baseline)",
+             share_cell(r, main)] for r in methods(main)]
+    return "\n".join([BEGIN, "", yardstick(main), "",
+                      table(["cell", "mechanism", "vs tuned GRPO (Holm)", "vs GRPO at its step size (Holm)",
+                             "share of the yardstick's gain"], rows), "", END])
+
+
+def front_paragraph(main: Study) -> str:
+    others = [r for r in methods(main) if r.method != YARDSTICK]
+    beats = [r for r in others if r.auc_vs_baseline is not None and r.auc_vs_baseline.verdict == "beats"]
+    survives = [r for r in beats if r.auc_vs_control is not None and r.auc_vs_control.verdict == "beats"]
+    shares = ", ".join(f"`{r.method.removesuffix('@tuned')}` ({share_cell(r, main)})" for r in beats)
+    names = ", ".join(f"`{r.method.removesuffix('@tuned')}`" for r in survives) or "none"
+    found = (f"{len(beats)} of the other {len(others)} credit methods beat tuned GRPO after Holm, recovering these "
+             f"shares of its gain: {shares}; of them, {len(survives)} also beat GRPO taking steps of their size: "
+             f"{names}." if beats else f"None of the other {len(others)} credit methods beats tuned GRPO after Holm.")
+    return "\n".join([
+        BEGIN,
+        "The ranking study ([findings](docs/results/ranking/README.md)) asks how much of perfect blame each credit "
+        f"method recovers, and whether it is credit or step size. {yardstick(main)} {found} Every study, the "
+        "long-horizon one and the headroom map included: [docs/results/](docs/results/README.md).",
+        END])
+
+
+def replaced(text: str, block: str, where: Path, heading: str | None = None) -> str:
+    """`text` with its marked block replaced by `block` (the markers included in both); a text without the markers
+    gets the block at its end under `heading` where one is given."""
+    if BEGIN not in text and END not in text and heading is not None:
+        return text.rstrip("\n") + f"\n\n{heading}\n\n{block}\n"
+    if text.count(BEGIN) != 1 or text.count(END) != 1:
+        raise SystemExit(f"{where}: needs exactly one pair of ranking-study markers ({BEGIN} ... {END})")
+    start, end = text.index(BEGIN), text.index(END) + len(END)
+    return text[:start] + block + text[end:]
+
+
+def pages(main: Study, survey: Study | None) -> dict[Path, str]:
+    """Every page's new text, by path."""
+    scope, front = ROOT / "docs/results/scope.md", ROOT / "README.md"
+    return {HERE / "README.md": results_page(main, survey),
+            scope: replaced(scope.read_text(), scope_block(main), scope, SCOPE_HEADING),
+            front: replaced(front.read_text(), front_paragraph(main), front)}
+
+
+def main(argv: list[str]) -> int:
+    study = load(HERE / "main")
+    if study is None:
+        print(f"{HERE / 'main'}: no report yet (credo report docs/results/ranking/records/ranking-main -o "
+              "docs/results/ranking/main); the pages are left as they are")
+        return 0
+    stale = []
+    for path, text in pages(study, load(HERE / "survey")).items():
+        if "--check" in argv:
+            if not path.exists() or path.read_text() != text:
+                stale.append(path)
+        else:
+            write_text_atomic(path, text)
+    for path in stale:
+        print(f"{path.relative_to(ROOT)} is not what the reports give: run python docs/results/ranking/pages.py")
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
