@@ -160,7 +160,7 @@ def test_a_yardstick_short_of_the_bar_is_said_first(study, tmp_path):
 
 
 def test_the_rules_on_paired_differences(study):
-    """`not_above`, `not_below` and `near_baseline` read paired per-seed areas: held, failed and undecided."""
+    """`not_beyond` (either side) and `near_baseline` read paired per-seed areas: held, failed and undecided."""
     pages, _ = study
     seeds = range(4)
     def made(differences):
@@ -168,11 +168,11 @@ def test_the_rules_on_paired_differences(study):
         return pages.Study(None, areas, list(areas))
     tight_high, tight_low = made([0.10, 0.11, 0.10, 0.11]), made([-0.10, -0.11, -0.10, -0.11])
     straddles = made([0.01, 0.09, 0.03, 0.07])  # mean +0.05, interval about +0.01 to +0.09
-    assert pages.not_above("a", "grpo@tuned", 0.05)(tight_high)[1] == "failed"
-    assert pages.not_above("a", "grpo@tuned", 0.05)(tight_low)[1] == "held"
-    assert pages.not_above("a", "grpo@tuned", 0.05)(straddles)[1] == "not decided"
-    assert pages.not_below("a", "grpo@tuned", 0.05)(tight_low)[1] == "failed"
-    assert pages.not_below("a", "grpo@tuned", 0.05)(tight_high)[1] == "held"
-    assert pages.not_below("a", "grpo@tuned", 0.05)(made([-0.01, -0.09, -0.03, -0.07]))[1] == "not decided"
+    assert pages.not_beyond("a", "grpo@tuned", 0.05, +1)(tight_high)[1] == "failed"
+    assert pages.not_beyond("a", "grpo@tuned", 0.05, +1)(tight_low)[1] == "held"
+    assert pages.not_beyond("a", "grpo@tuned", 0.05, +1)(straddles)[1] == "not decided"
+    assert pages.not_beyond("a", "grpo@tuned", 0.05, -1)(tight_low)[1] == "failed"
+    assert pages.not_beyond("a", "grpo@tuned", 0.05, -1)(tight_high)[1] == "held"
+    assert pages.not_beyond("a", "grpo@tuned", 0.05, -1)(made([-0.01, -0.09, -0.03, -0.07]))[1] == "not decided"
     assert pages.near_baseline("a", 0.1)(tight_low) == ("-0.105 (mean of 4 seeds)", "failed")
     assert pages.near_baseline("a", 0.1)(straddles)[1] == "held"

@@ -141,26 +141,15 @@ def gain_near(cell: str, value: float) -> Callable[[Study], tuple[str, str]]:
     return judge
 
 
-def not_above(cell: str, other: str, margin: float) -> Callable[[Study], tuple[str, str]]:
-    """Held when the paired difference `cell - other` is below `margin` over its whole raw 95% interval, failed
-    when the interval lies above 0."""
+def not_beyond(cell: str, other: str, margin: float, side: int) -> Callable[[Study], tuple[str, str]]:
+    """The paired difference `cell - other` not above `other` (`side` +1) or not below it (`side` -1): held when,
+    turned by `side`, its whole raw 95% interval lies below `margin`; failed when it lies above 0."""
     def judge(study: Study) -> tuple[str, str]:
         e = study.difference(cell, other)
         if e is None or e.low is None:
             return "not measured", "not decided"
-        verdict = "held" if e.high < margin else "failed" if e.low > 0 else "not decided"
-        return f"{bracketed(e)} vs `{other}`", verdict
-    return judge
-
-
-def not_below(cell: str, other: str, margin: float) -> Callable[[Study], tuple[str, str]]:
-    """Held when the paired difference `cell - other` is above `-margin` over its whole raw 95% interval, failed
-    when the interval lies below 0."""
-    def judge(study: Study) -> tuple[str, str]:
-        e = study.difference(cell, other)
-        if e is None or e.low is None:
-            return "not measured", "not decided"
-        verdict = "held" if e.low > -margin else "failed" if e.high < 0 else "not decided"
+        low, high = sorted((side * e.low, side * e.high))
+        verdict = "held" if high < margin else "failed" if low > 0 else "not decided"
         return f"{bracketed(e)} vs `{other}`", verdict
     return judge
 
@@ -185,14 +174,14 @@ MAIN_PREDICTIONS = [
     Prediction("srpo_oracle@tuned", "little: share below 0.2", "share's interval below 0.2",
                share_within("srpo_oracle@tuned", None, 0.2)),
     Prediction("srpo@tuned", "at or below `srpo_oracle`'s", f"difference's interval below +{MARGIN}",
-               not_above("srpo@tuned", "srpo_oracle@tuned", MARGIN)),
+               not_beyond("srpo@tuned", "srpo_oracle@tuned", MARGIN, +1)),
     Prediction("rrpo@tuned", "at or below `srpo_oracle`'s", f"difference's interval below +{MARGIN}",
-               not_above("rrpo@tuned", "srpo_oracle@tuned", MARGIN)),
+               not_beyond("rrpo@tuned", "srpo_oracle@tuned", MARGIN, +1)),
     Prediction("ibpo@tuned", "some, late: share between 0 and 0.4", "share's interval inside [0, 0.4]",
                share_within("ibpo@tuned", 0.0, 0.4)),
     Prediction("ibpo@tuned", "against `grpo_4mb`, a positive difference if any",
                f"difference's interval above -{MARGIN}",
-               not_below("ibpo@tuned", "grpo_4mb@tuned", MARGIN)),
+               not_beyond("ibpo@tuned", "grpo_4mb@tuned", MARGIN, -1)),
     Prediction("spo_tree@tuned", "little: share below 0.2", "share's interval below 0.2",
                share_within("spo_tree@tuned", None, 0.2)),
     Prediction("vine_lean@tuned", "little: share below 0.2", "share's interval below 0.2",
