@@ -11,7 +11,8 @@ import yaml
 from example_scripts import REPO, load_script
 from test_report import make_run
 
-from credo.study.report import write_report
+from credo.study.grid import ReportConfig
+from credo.study.results import report_json, results_from_runs
 
 SEEDS = range(20, 30)
 AREAS = {  # each cell's greedy curve height (sampled pass@1 is half of it, test_report.make_run)
@@ -42,8 +43,11 @@ def write_study(root, areas=AREAS, noise=0.002):
             summary = json.loads((run / "summary.json").read_text())
             summary["eval_end"].update({"avg@16": (height + shift) / 2, "avg@16@t0.6": (height + shift) / 2})
             (run / "summary.json").write_text(json.dumps(summary))
-    write_report(root, root / "report")
-    return root / "report"
+    report = root / "report"  # report.json alone (`credo report` without its figures and pages)
+    report.mkdir()
+    (report / "study.yaml").write_text((root / "study.yaml").read_text())
+    (report / "report.json").write_text(report_json(results_from_runs(root, ReportConfig(**study["report"]))))
+    return report
 
 
 @pytest.fixture(scope="module")
