@@ -122,6 +122,17 @@ def test_the_survey_is_described_not_tested(study, tmp_path):
     assert judged["dapo@tuned"] == ("+0.150 (mean of 10 seeds)", "failed")
     assert judged["otb@tuned"][1] == "held"
     assert judged["gspo@tuned"] == ("not measured", "not decided")
+    scope = rows_of(pages.scope_block(study[1], survey), "| cell | paper")
+    assert scope["`dapo@tuned`"][1:5] == ["DAPO (2503.14476)", pages.CELLS["dapo@tuned"][1],
+                                          "+0.150 (survey, 10 seeds, described)", "–"]
+
+
+def test_every_cell_of_the_plan_has_its_paper_and_room():
+    pages = load_script("docs/results/ranking/pages.py")
+    main = yaml.safe_load((REPO / "configs/studies/ranking_main.yaml").read_text())
+    controls = {*main["report"]["step_size_controls"].values(), *main["report"]["like_for_like"].values(),
+                main["report"]["baseline"]}
+    assert set(pages.CELLS) == (set(main["methods"]) - controls) | set(pages.SURVEY_CELLS)
 
 
 def test_scope_and_front_page_blocks_replace_only_their_markers(study, tmp_path):
@@ -142,9 +153,10 @@ def test_scope_and_front_page_blocks_replace_only_their_markers(study, tmp_path)
     first = pages.replaced("# Scope\n\ntext\n", front, tmp_path / "scope.md", "## Ranking")
     assert first == f"# Scope\n\ntext\n\n## Ranking\n\n{front}\n"
     assert pages.replaced(first, "new", tmp_path / "scope.md", "## Ranking") == "# Scope\n\ntext\n\n## Ranking\n\nnew\n"
-    scope = rows_of(pages.scope_block(main), "| cell | mechanism")
-    assert scope["`srpo_oracle@tuned`"][1] == "a reset at the checker's first wrong thought"
-    assert scope["`rrpo@tuned`"][3] == "(its control is the baseline)"
+    scope = rows_of(pages.scope_block(main, None), "| cell | paper")
+    assert scope["`srpo_oracle@tuned`"][1] == "SRPO (2605.25507), exact localiser"
+    assert scope["`rrpo@tuned`"][4] == "(its control is the baseline)"
+    assert "`grpo@lr=5e-05`" not in scope and "`grpo_4mb@tuned`" not in scope  # controls are not papers' cells
 
 
 def test_the_committed_pages_are_the_scripts_output():

@@ -44,18 +44,37 @@ HEADROOM_NEEDED = 0.15
 BEGIN = "<!-- ranking-study: made by docs/results/ranking/pages.py from its reports; edit the script -->"
 END = "<!-- /ranking-study -->"
 SCOPE_HEADING = "## The ranking study: what each mechanism recovers where perfect blame has room"
-MECHANISMS = {
-    "oracle_steps@tuned": "per-decision truth from the step checker: the yardstick",
-    "oracle_blame@tuned": "first-error truth from the step checker",
-    "srpo_oracle@tuned": "a reset at the checker's first wrong thought",
-    "srpo@tuned": "a reset where the policy localises its first error",
-    "rrpo@tuned": "a reset at a random thought",
-    "ibpo@tuned": "revisions: the edit mask of a failure revised with a reference",
-    "grpo_4mb@tuned": "GRPO with IBPO's 4 mini-batches a batch (IBPO's like-for-like)",
-    "spo_tree@tuned": "step values from a tree of continuations",
-    "vine_lean@tuned": "step values from continuations of failures (lean)",
+ZERO_ADVANTAGE = ("credit moved along a response's tokens: testable, though the group advantage it moves is zero in "
+                  "~97% of groups at the start; the length-based readings are not (every response is 53 tokens)")
+CELLS = {
+    "oracle_steps@tuned": ("per-decision blame (credo's yardstick)", "per-decision truth from the step checker"),
+    "oracle_blame@tuned": ("first-error blame (credo)", "the step checker's first error"),
+    "srpo_oracle@tuned": ("SRPO (2605.25507), exact localiser", "a reset at the first wrong thought, which comes early "
+                          "(3.2 of a failure's 5.1 decisions are wrong): most decisions lie ahead of the prefix"),
+    "srpo@tuned": ("SRPO (2605.25507)", "the same reset where the policy localises (right 12% of the time)"),
+    "rrpo@tuned": ("RRPO (2605.25507)", "a reset at a random thought, usually after the first error"),
+    "ibpo@tuned": ("IBPO (2605.16302)", "revisions against a correct sibling or the reviser: rare while successes are"),
+    "spo_tree@tuned": ("SPO (2505.23564), tree", "step values from a tree of continuations: zero while successes are "
+                       "rare; 4 prompts a batch instead of 16"),
+    "vine_lean@tuned": ("VinePPO (2410.01679), lean", "step values from continuations of failures: zero while "
+                        "successes are rare"),
+    "grpo_lambda@tuned": ("GRPO-lambda (2510.00194)", ZERO_ADVANTAGE),
+    "grpo_lambda_recent@tuned": ("GRPO-lambda (2510.00194), `recent`", ZERO_ADVANTAGE),
+    "p_trace@tuned": ("P-trace (2605.05965)", ZERO_ADVANTAGE),
+    "s_trace@tuned": ("S-trace (2605.05965)", ZERO_ADVANTAGE),
+    "srpo_sampled@tuned": ("SRPO (2605.25507), sampled localiser", "the reset at a sampled localisation"),
+    "ktae@tuned": ("KTAE (2505.16826)", ZERO_ADVANTAGE),
+    "otb@tuned": ("OTB (2602.07078)", ZERO_ADVANTAGE),
+    "gtpo@tuned": ("GTPO (2508.04349)", ZERO_ADVANTAGE),
+    "dr_grpo@tuned": ("Dr. GRPO (2503.20783)", "the std removal, yes; the length correction, no (equal lengths)"),
+    "dapo@tuned": ("DAPO (2503.14476)", "dynamic sampling refills all-equal groups (search, paid in tokens)"),
+    "gspo@tuned": ("GSPO (2507.18071)", "a sequence ratio over 53 tokens, its clip scaled to them"),
+    "spo_chain_lean@tuned": ("SPO (2505.23564), chain, lean", "step values from continuations: zero while "
+                             "successes are rare"),
+    "fr3e@tuned": ("FR3E (2507.07017)", "continuations from high-entropy points: zero while successes are rare"),
 }
-"""What each main-family cell's mechanism is (plan.md, "The regime and what its mechanisms can use")."""
+"""Each cell's paper and what the regime lets its mechanism do (plan.md, "The regime and what its mechanisms can
+use")."""
 
 
 @dataclass(frozen=True)
@@ -305,13 +324,21 @@ def results_page(main: Study, survey: Study | None) -> str:
     return "\n".join(parts + [END, ""])
 
 
-def scope_block(main: Study) -> str:
-    rows = [[f"`{r.method}`", MECHANISMS.get(r.method, "–"), " ".join(contrast_cells(r.auc_vs_baseline)),
-             " ".join(contrast_cells(r.auc_vs_control)) if r.step_size_control else "(its control is the baseline)",
-             share_cell(r, main)] for r in methods(main)]
+def scope_block(main: Study, survey: Study | None) -> str:
+    """Per cell, its paper, what the regime lets its mechanism do and what the study found (the survey described)."""
+    def row(r: MethodRow, study: Study, found: list[str]) -> list[str]:
+        paper, room = CELLS.get(r.method, ("–", "–"))
+        return [f"`{r.method}`", paper, room, *found, share_cell(r, study)]
+
+    rows = [row(r, main, [" ".join(contrast_cells(r.auc_vs_baseline)),
+                          " ".join(contrast_cells(r.auc_vs_control)) if r.step_size_control
+                          else "(its control is the baseline)"]) for r in methods(main)]
+    if survey is not None:
+        rows += [row(r, survey, [f"{c.estimate.mean:+.3f} (survey, {c.estimate.n} seeds, described)", "–"])
+                 for r in methods(survey) if r.method != YARDSTICK and (c := r.auc_vs_baseline) is not None]
     return "\n".join([BEGIN, "", yardstick(main), "",
-                      table(["cell", "mechanism", "vs tuned GRPO (Holm)", "vs GRPO at its step size (Holm)",
-                             "share of the yardstick's gain"], rows), "", END])
+                      table(["cell", "paper", "what the regime lets its mechanism do", "vs tuned GRPO (Holm)",
+                             "vs GRPO at its step size (Holm)", "share of the yardstick's gain"], rows), "", END])
 
 
 def front_paragraph(main: Study) -> str:
@@ -346,7 +373,7 @@ def pages(main: Study, survey: Study | None) -> dict[Path, str]:
     """Every page's new text, by path."""
     scope, front = ROOT / "docs/results/scope.md", ROOT / "README.md"
     return {HERE / "README.md": results_page(main, survey),
-            scope: replaced(scope.read_text(), scope_block(main), scope, SCOPE_HEADING),
+            scope: replaced(scope.read_text(), scope_block(main, survey), scope, SCOPE_HEADING),
             front: replaced(front.read_text(), front_paragraph(main), front)}
 
 
