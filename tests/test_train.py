@@ -428,6 +428,8 @@ def test_blame_precision_is_logged_on_step_checked_tasks(tmp_path):
     assert precisions and all(0.0 <= p <= 1.0 for p in precisions)
     assert summary["blame_precision"] == pytest.approx(sum(precisions) / len(precisions))
     assert (summary["task"], summary["seed"]) == ("arith", 0)
+    threads = torch.get_num_threads()
+    assert summary["device"] == f"cpu ({threads} thread{'s' if threads != 1 else ''})"  # where it trained
 
 
 SMOLLM2_CONFIGS = sorted((Path(__file__).parents[1] / "configs" / "smollm2").glob("*.yaml"))

@@ -137,6 +137,16 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def device_name(device: torch.device) -> str:
+    """The device a run trained on, as its summary records it: `cuda: NVIDIA H200`, or `cpu (2 threads)`."""
+    if device.type == "cuda":
+        return f"cuda: {torch.cuda.get_device_name(device)}"
+    if device.type == "cpu":
+        threads = torch.get_num_threads()
+        return f"cpu ({threads} thread{'s' if threads != 1 else ''})"
+    return str(device)
+
+
 def start_or_resume(trainer: Trainer, resume: bool) -> TrainState:
     """The state to train from: the last readable checkpoint's when resuming (logs truncated to it), else step 0.
 

@@ -38,6 +38,7 @@ from credo.run_setup import (
     Trainer,
     build_trainer,
     check_reference,
+    device_name,
     record_resumed_config,
     reward_state,
     start_or_resume,
@@ -504,6 +505,7 @@ def finish(trainer: Trainer, state: TrainState) -> dict:
         "eval_end": evals[-1]["eval"],
         "blame_precision": sum(precisions) / len(precisions) if precisions else None,
         "update_norm": sum(updates) / len(updates) if updates else None,
+        "device": device_name(trainer.device),
     }
     with atomic_directory(trainer.run.model_dir) as tmp:
         export_model(trainer.model, trainer.tokenizer, tmp)

@@ -685,6 +685,32 @@ def test_the_update_size_column_appears_when_the_runs_logged_it(study_dir):
     assert header.rstrip().endswith("update size |")
 
 
+def test_the_report_says_which_runs_trained_where(study_dir):
+    """Runs that recorded no device (before summaries did): no sentence. One device: one sentence. Two (a GPU grid
+    beside the CPU's): each device with its runs, and the per-seed values keep it through report.json."""
+    write_report(study_dir)
+    assert "trained on" not in (study_dir / "report.md").read_text()
+
+    def record(device_of) -> str:
+        for method in CURVES:
+            for seed in SHIFT:
+                path = study_dir / "default" / method / f"seed{seed}" / "summary.json"
+                path.write_text(json.dumps({**json.loads(path.read_text()), "device": device_of(method, seed)}))
+        write_report(study_dir)
+        return (study_dir / "report.md").read_text()
+
+    one_device = record(lambda m, s: "cpu (1 thread)")
+    assert "Every run whose summary records its device (8) trained on cpu (1 thread)." in one_device
+    text = record(lambda m, s: "cuda: NVIDIA H200" if (m, s) in {("grpo", 1), ("better", 0), ("better", 1)}
+                  else "cpu (1 thread)")
+    gpu = "cuda: NVIDIA H200 (3): `better` seeds 0, 1, `grpo` seed 1"  # devices as the cells meet them, in order
+    assert (f"The runs trained on 2 devices, so wall times compare only within one: {gpu}; cpu (1 thread) (5): "
+            "`grpo` seed 0, `oracle_blame` seeds 0, 1, `worse` seeds 0, 1.") in " ".join(text.split())
+    again = write_report(study_dir, study_dir / "again")  # from the runs again, into another folder
+    drawn = write_report(study_dir / "again", from_json=True).read_text()
+    assert gpu in " ".join(drawn.split()) and again.exists()
+
+
 def test_a_gain_from_larger_steps_is_flagged_until_a_matched_step_control_reads_it(study_dir):
     """A cell that beats the baseline with updates 1.82x the baseline's size gets a finding that says so (a larger
     step alone shows up as an early gain); at the baseline's own update size it gets none."""

@@ -297,6 +297,8 @@ class DifficultyResult:
     """Whether the numbers come from per-seed values (False: recovered from a report written without them)."""
     update_budget: float | None = None
     """The optimiser-update budget of the areas at equal updates (None: not computed, an older report)."""
+    devices: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    """`{device: {method: [seeds]}}`: where each run trained, of the runs whose summaries recorded it."""
 
 
 def analyse(values: RegimeValues, report: ReportConfig, difficulty: str) -> DifficultyResult:
@@ -351,7 +353,17 @@ def analyse(values: RegimeValues, report: ReportConfig, difficulty: str) -> Diff
     rows, family = corrected(rows, report)
     return DifficultyResult(difficulty, values.metric, values.budget, values.target, rows,
                             compared_metrics(values.metric, reported), values.curve_metrics, values.token_grid,
-                            family, per_seed=True, update_budget=values.update_budget)
+                            family, per_seed=True, update_budget=values.update_budget, devices=devices_of(cells))
+
+
+def devices_of(cells: dict[str, dict[int, SeedValues]]) -> dict[str, dict[str, list[int]]]:
+    """Where each run trained, `{device: {method: [seeds]}}`, of the runs that recorded it."""
+    out: dict[str, dict[str, list[int]]] = {}
+    for method, by_seed in cells.items():
+        for seed, values in sorted(by_seed.items()):
+            if values.device is not None:
+                out.setdefault(values.device, {}).setdefault(method, []).append(seed)
+    return out
 
 
 def recovered_result(saved: dict, report: ReportConfig, difficulty: str) -> DifficultyResult:

@@ -59,12 +59,15 @@ class SeedValues:
     unstable: bool
     update_norm: float | None = None
     """The run's mean update size per rollout batch (`optim/update_norm`; None for runs logged before it)."""
+    device: str | None = None
+    """Where the run trained (`summary.json`'s `device`, `credo.run_setup.device_name`; None for runs that finished
+    before summaries recorded it)."""
 
     def as_json(self) -> dict:
         return {"final": self.final, "area_tokens": self.area, "area_updates": self.area_updates,
                 "tokens_to_baseline_final": self.tokens_to_target, "blame_precision": self.blame_precision,
                 "rollout_tokens": self.rollout_tokens, "wall_s": self.wall_s, "unstable": self.unstable,
-                "update_norm": self.update_norm}
+                "update_norm": self.update_norm, **({"device": self.device} if self.device is not None else {})}
 
     @classmethod
     def from_json(cls, data: dict) -> SeedValues:
@@ -72,7 +75,7 @@ class SeedValues:
         `steps` counted rollout batches, not optimiser updates, and are not read)."""
         return cls(data["final"], data["area_tokens"], data.get("area_updates", {}),
                    data["tokens_to_baseline_final"], data["blame_precision"], data["rollout_tokens"], data["wall_s"],
-                   data["unstable"], data.get("update_norm"))
+                   data["unstable"], data.get("update_norm"), data.get("device"))
 
 
 @dataclass(frozen=True)
@@ -173,6 +176,6 @@ def regime_values(runs: dict[str, list[Run]], report: ReportConfig, difficulty: 
         tokens_to_target=first_crossing(r.curve(metric, "rollout_tokens"), target),
         blame_precision=r.summary.get("blame_precision"),
         rollout_tokens=r.summary["rollout_tokens"], wall_s=r.summary["wall_s"], unstable=r.unstable(metric),
-        update_norm=r.summary.get("update_norm"),
+        update_norm=r.summary.get("update_norm"), device=r.summary.get("device"),
     ) for r in method_runs} for method, method_runs in finished.items()}
     return RegimeValues(metric, budget, target, grid, cells, update_budget)

@@ -226,6 +226,8 @@ def regime_notes(result: DifficultyResult, report: ReportConfig) -> list[Paragra
             notes.append(f"With {family.seeds} seeds an exact sign-flip test cannot give a p below {exact:.2g}, above "
                          f"Holm's first threshold {family.level:.2g}: only the t-test's distributional assumption "
                          "lets a contrast pass the correction here; more seeds would let the data alone decide.")
+    if result.devices:
+        notes.append(where_runs_ran(result.devices))
     exploratory = [r.method for r in result.rows if r.method in report.exploratory]
     if exploratory:
         notes.append(f"Exploratory, outside the family (added after results were seen; verdicts at the raw p): "
@@ -260,6 +262,21 @@ def regime_notes(result: DifficultyResult, report: ReportConfig) -> list[Paragra
         areas.append(f"{_names(finals_only)} {'was' if len(finals_only) == 1 else 'were'} measured only at the final "
                      "evaluation (`eval.final_samples`): finals, no areas.")
     return [Paragraph(" ".join(notes)), Paragraph(" ".join(areas))]
+
+
+def where_runs_ran(devices: dict[str, dict[str, list[int]]]) -> str:
+    """Which runs trained where (`summary.json`'s `device`): one device in a sentence; several each with its runs,
+    since wall times compare only between runs on one device."""
+    counts = {device: sum(len(seeds) for seeds in by_method.values()) for device, by_method in devices.items()}
+    if len(devices) == 1:
+        (device, count), = counts.items()
+        return f"Every run whose summary records its device ({count}) trained on {device}."
+    def runs(by_method: dict[str, list[int]]) -> str:
+        return ", ".join(f"`{method}` seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
+                         for method, seeds in by_method.items())
+
+    listed = "; ".join(f"{device} ({counts[device]}): {runs(by_method)}" for device, by_method in devices.items())
+    return f"The runs trained on {len(devices)} devices, so wall times compare only within one: {listed}."
 
 
 def unrecomputed(result: DifficultyResult, drawn: list[str]) -> Paragraph:
