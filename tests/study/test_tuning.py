@@ -163,3 +163,11 @@ def test_each_method_gets_the_baseline_value_that_moves_as_far_per_batch_as_its_
     text = (root / "report.md").read_text()
     assert "Step-size controls" in text
     assert "`oracle` -> optim.lr 0.0001" in text and "`resets` -> its tuned value" in text
+    # the cells of the study after it: each method at its choice, grpo at the oracle's update size as its control
+    tuned = yaml.safe_load((root / "tuned_default.yaml").read_text())
+    assert tuned["methods"] == {"grpo@tuned": {"config": "grpo.yaml", "set": {"optim": {"lr": 5e-5}}},
+                                "oracle@tuned": {"config": "oracle.yaml", "set": {"optim": {"lr": 2e-4}}},
+                                "resets@tuned": {"config": "resets.yaml", "set": {"optim": {"lr": 5e-5}}},
+                                "grpo@lr=1e-04": {"config": "grpo.yaml", "set": {"optim": {"lr": 1e-4}}}}
+    assert tuned["report"] == {"baseline": "grpo@tuned", "step_size_controls": {"oracle@tuned": "grpo@lr=1e-04"}}
+    assert "[tuned_default.yaml](tuned_default.yaml)" in text

@@ -43,6 +43,7 @@ from credo.study.tables import (
     tuning_blocks,
     unrecomputed,
 )
+from credo.study.tuning import tuned_cells
 
 
 def write_report(directory: str | Path, output: str | Path | None = None, *, html: bool = False,
@@ -75,6 +76,7 @@ def write_report(directory: str | Path, output: str | Path | None = None, *, htm
     results = results_from_json(directory, study) if from_json else results_from_runs(directory, report)
 
     blocks: list[Block] = [Heading(f"Study: {study['name']}", 1)]
+    tuned: dict[str, str] = {}  # a tuning study's cells for the study after it, by file name
     if study.get("exploratory"):
         used = set().union(*(seeds_of(study, method) for method in study["methods"]))
         reused = sorted(used & set(study.get("tuning_seeds", []) + study.get("pilot_seeds", [])))
@@ -112,6 +114,10 @@ def write_report(directory: str | Path, output: str | Path | None = None, *, htm
                 + "."), every_metric]
         if saved.tuning:
             blocks += tuning_blocks(saved.tuning, study, result.metric)
+            tuned[f"tuned_{difficulty}.yaml"] = TUNED_HEADER + dump_study(tuned_cells(saved.tuning, study))
+            blocks.append(Paragraph(f"The cells a study runs after this tuning, each method at its choice and each "
+                                    f"step-size control, as a study file writes them: [tuned_{difficulty}.yaml]"
+                                    f"(tuned_{difficulty}.yaml)."))
         blocks += [Heading("Findings", 3), Bullets(tuple(findings(result, report)))]
         names = {metric: f"plots/{difficulty}_{metric.replace('@', '_at_')}.png" for metric in saved.metrics()}
         if saved.curves is None:  # figures an earlier version drew, where they are
@@ -150,10 +156,16 @@ def write_report(directory: str | Path, output: str | Path | None = None, *, htm
     elif out.resolve() != directory.resolve():
         shutil.copyfile(study_file, out / STUDY_FILE)
     write_text_atomic(out / "report.json", report_json(results))
+    for name, text in tuned.items():
+        write_text_atomic(path_inside(out, name), text)
     write_text_atomic(out / "report.md", to_markdown(blocks))
     if html:
         write_text_atomic(out / "report.html", to_html(blocks, f"credo study {study['name']}"))
     return out / "report.md"
+
+
+TUNED_HEADER = ("# Written by `credo report` from a tuning study: each tuned method at the value the rule chose\n"
+                "# (`<method>@tuned`) and each step-size control; copy `methods` and `report` into the study file.\n")
 
 
 def _keep(directory: Path, out: Path, name: str) -> bool:

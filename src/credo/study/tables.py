@@ -22,10 +22,10 @@ from credo.study.analysis import (
     measures,
 )
 from credo.study.document import Block, Bullets, Heading, Paragraph, Table
-from credo.study.grid import ReportConfig, endpoint_label, method_values, tune_label
+from credo.study.grid import ReportConfig, endpoint_label, method_values
 from credo.study.runs import EXPLODED
 from credo.study.stats import Estimate, smallest_exact_p
-from credo.study.tuning import Choice, step_size_controls
+from credo.study.tuning import Choice, step_size_controls, tuned_method
 
 NEEDS_RUNS = "needs per-seed values (runs not committed)"
 
@@ -483,8 +483,7 @@ def tuning_blocks(choices: list[Choice], study: dict, metric: str) -> list[Block
     blocks = [Heading("Tuning", 3), Paragraph(text),
               Table(("method", *(f"{setting} {v:g}" for v in columns), "chosen", "margin", "grid",
                      "update size at the choice"), rows)]
-    baseline = next((m for m in tune["methods"] for v in method_values(tune, m)
-                     if tune_label(m, setting, v) == study.get("report", {}).get("baseline")), None)
+    baseline = tuned_method(study, study.get("report", {}).get("baseline"))
     controls = {m: v for m, v in step_size_controls(choices, baseline).items() if v is not None} if baseline else {}
     if controls:
         base = next(c for c in choices if c.method == baseline)

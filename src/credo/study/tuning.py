@@ -100,6 +100,40 @@ def choices(values: RegimeValues, study: dict) -> list[Choice]:
     return out
 
 
+def tuned_method(study: dict, label: str | None) -> str | None:
+    """The tuned method one of a tuning study's cell labels belongs to (its `report.baseline`, `report.oracle`)."""
+    tune = study["tune"]
+    return next((m for m in tune["methods"] for v in method_values(tune, m) if tune_label(m, tune["key"], v) == label),
+                None)
+
+
+def tuned_cells(choices: list[Choice], study: dict) -> dict:
+    """The cells a study runs after this tuning, as its file writes them: `methods` (each tuned method as
+    `<method>@tuned` at its chosen value, with its tuning cell's config and settings; then each step-size control, the
+    baseline at another value of its grid, under its tuning label) and `report` (the baseline, the oracle and the
+    controls). Copied into a study file, no rate is typed by hand."""
+    key, chosen = study["tune"]["key"], {c.method: c.chosen for c in choices}
+
+    def cell(method: str, value: float) -> dict:
+        entry = study["methods"][tune_label(method, key, value)]
+        return {"config": entry["config"], **({"set": entry["set"]} if entry.get("set") else {})}
+
+    methods = {f"{m}@tuned": cell(m, v) for m, v in chosen.items()}
+    report = study.get("report", {})
+    baseline, oracle = tuned_method(study, report.get("baseline")), tuned_method(study, report.get("oracle"))
+    controls = {}
+    if baseline in chosen:
+        for method, value in step_size_controls(choices, baseline).items():
+            if value is not None and value != chosen[baseline]:
+                label = tune_label(baseline, key, value)
+                methods.setdefault(label, cell(baseline, value))
+                controls[f"{method}@tuned"] = label
+    return {"methods": methods,
+            "report": {**({"baseline": f"{baseline}@tuned"} if baseline in chosen else {}),
+                       **({"oracle": f"{oracle}@tuned"} if oracle in chosen else {}),
+                       **({"step_size_controls": controls} if controls else {})}}
+
+
 def step_size_controls(choices: list[Choice], baseline: str) -> dict[str, float | None]:
     """Per method other than `baseline`, the baseline's value whose mean update size is nearest (by ratio) the
     method's at its chosen value: the baseline moved as far per batch, the method's step-size control (None where
