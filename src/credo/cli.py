@@ -313,8 +313,8 @@ def evaluation_setup(run_config: RunConfig, model_config: ModelConfig) -> tuple[
     `rollout.backend`; `run_config`'s task; its held-out problems (at most `eval.max_problems`)."""
     from credo.evaluate import eval_subset
     from credo.models import load_model, make_backend
-    from credo.tasks import build_task
     from credo.run_setup import pick_device
+    from credo.tasks import build_task
 
     model, tokenizer = load_model(model_config, pick_device(run_config.train.device))
     backend = make_backend(run_config.rollout, model, tokenizer, model_config, seed=run_config.train.seed)
@@ -377,6 +377,8 @@ def compare(
     output: Path = typer.Option(None, "--output", "-o", help="Study directory (default: the file's `output`, else runs/studies/<name>)."),
     jobs: int = typer.Option(1, min=1, help="Runs at once, in separate processes sharing the cores."),
     html: bool = typer.Option(False, "--html", help="Also write report.html."),
+    seeds: str = typer.Option(None, "--seeds", help="Run only these seeds' cells here, e.g. 26,27,28,29 (a grid split "
+                              "between machines; the report covers every finished run in the directory)."),
 ) -> None:
     """Run a grid of methods x seeds from one file (finished runs are skipped, killed ones resumed), then report."""
     import sys
@@ -386,8 +388,12 @@ def compare(
 
     _quiet_transformers()
     spec = load_study(study, output)
+    try:
+        chosen = None if seeds is None else {int(s) for s in seeds.split(",") if s.strip()}
+    except ValueError:
+        raise typer.BadParameter(f"--seeds {seeds!r}: comma-separated integers, e.g. 26,27") from None
     run_study(spec, jobs=jobs, log=lambda line: console.print(printable(line, None), markup=False, highlight=False),
-              command=" ".join(["credo", *sys.argv[1:]]))
+              command=" ".join(["credo", *sys.argv[1:]]), seeds=chosen)
     path = write_report(spec.output, html=html)
     console.print(f"report: {path}")
 

@@ -157,6 +157,24 @@ def test_parallel_jobs_run_every_cell(tmp_path):
         assert (summary["method"], summary["seed"], summary["steps"]) == (cell.config.method, cell.seed, 3)
 
 
+def test_a_grid_split_between_machines_runs_only_its_seeds_here(tmp_path):
+    """`credo compare --seeds`: a GPU takes some seeds, the CPUs the others, each into its own directory; the run
+    folders of both then make one study. A seed the study does not have is refused before any run."""
+    lines = []
+    study = load_study(write_study(tmp_path))
+    with pytest.raises(ConfigError, match=r"--seeds \[7\] are not seeds of the study \(\[0, 1\]\)"):
+        run_study(study, seeds={1, 7}, log=lines.append)
+    assert not lines and not (tmp_path / "out").exists()
+    cells = run_study(study, seeds={1}, log=lines.append)
+    assert {(c.method, c.seed) for c in cells if cell_status(c) == "done"} == {("grpo", 1), ("oracle_blame", 1)}
+    assert {(c.method, c.seed) for c in cells if cell_status(c) == "new"} == {("grpo", 0), ("oracle_blame", 0)}
+    assert lines[0].startswith("tiny: 4 runs, 0 done, 2 to run here (seeds 1) -> ")
+    lines.clear()
+    run_study(study, seeds={0, 1}, log=lines.append)
+    assert lines[0].startswith("tiny: 4 runs, 2 done, 2 to run here (seeds 0, 1) -> ")
+    assert sum(line.endswith(" s") for line in lines) == 2  # the two seed-0 runs, the seed-1 ones kept
+
+
 def test_workers_die_with_a_killed_compare(tmp_path):
     # `credo compare --jobs 2` is SIGKILLed while its workers train: they must end too, not go on (and start
     # the cells queued to them).

@@ -31,7 +31,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -572,9 +572,18 @@ def _run_cell_in_worker(cell: Cell, threads: int) -> dict:
     return run_cell(cell, show_progress=False, threads=threads)
 
 
-def run_study(study: Study, *, jobs: int = 1, log: Callable[[str], None] = print, command: str = "") -> list[Cell]:
-    """Run every unfinished cell (`jobs` processes at once, sharing the cores); returns the cells."""
+def run_study(study: Study, *, jobs: int = 1, log: Callable[[str], None] = print, command: str = "",
+              seeds: Collection[int] | None = None) -> list[Cell]:
+    """Run every unfinished cell (`jobs` processes at once, sharing the cores); returns the cells.
+
+    With `seeds`, only the cells of those seeds run here: a grid split between machines (a GPU taking some seeds
+    while the CPUs take the others, each into its own study directory, their run folders merged for the report)."""
     cells = study.cells()
+    if seeds is not None:
+        unknown = sorted(set(seeds) - {c.seed for c in cells})
+        if unknown:
+            raise ConfigError(f"{study.config.name}: --seeds {unknown} are not seeds of the study "
+                              f"({sorted({c.seed for c in cells})})")
     check_distinct(study, cells)
     for cell in cells:
         check_unchanged(cell)
@@ -583,8 +592,10 @@ def run_study(study: Study, *, jobs: int = 1, log: Callable[[str], None] = print
     if command:
         resolved["command"] = command
     write_text_atomic(study.output / STUDY_FILE, dump_study(resolved))
-    todo = [c for c in cells if cell_status(c) != "done"]
-    log(f"{study.config.name}: {len(cells)} runs, {len(cells) - len(todo)} done, {len(todo)} to run -> {study.output}")
+    todo = [c for c in cells if cell_status(c) != "done" and (seeds is None or c.seed in seeds)]
+    done = sum(cell_status(c) == "done" for c in cells)
+    here = "" if seeds is None else f" here (seeds {', '.join(map(str, sorted(seeds)))})"
+    log(f"{study.config.name}: {len(cells)} runs, {done} done, {len(todo)} to run{here} -> {study.output}")
     started = time.perf_counter()
     if jobs == 1:
         for number, cell in enumerate(todo, 1):
