@@ -175,6 +175,16 @@ def test_a_grid_split_between_machines_runs_only_its_seeds_here(tmp_path):
     assert sum(line.endswith(" s") for line in lines) == 2  # the two seed-0 runs, the seed-1 ones kept
 
 
+def test_compare_refuses_seeds_that_are_not_integers(tmp_path):
+    from typer.testing import CliRunner
+
+    from credo.cli import app
+
+    result = CliRunner().invoke(app, ["compare", str(write_study(tmp_path)), "--seeds", "26,x"])
+    assert result.exit_code == 2 and "comma-separated integers" in " ".join(result.output.split())
+    assert not (tmp_path / "out").exists()
+
+
 def test_workers_die_with_a_killed_compare(tmp_path):
     # `credo compare --jobs 2` is SIGKILLed while its workers train: they must end too, not go on (and start
     # the cells queued to them).
