@@ -94,6 +94,16 @@ def test_the_results_page_leads_with_the_yardstick_and_ranks_each_method(study):
     assert "`ibpo@tuned` against its like-for-like `grpo_4mb@tuned`: +0.050 [" in page
 
 
+def test_the_verdicts_list_each_method_against_grpo_and_its_control(study):
+    pages, main = study
+    lines = pages.verdict_lines(main)
+    assert len(lines) == 8  # the credit methods, not the controls nor IBPO's like-for-like
+    blame = next(line for line in lines if line.startswith("- `oracle_blame@tuned`"))
+    assert blame.startswith("- `oracle_blame@tuned` vs `grpo@tuned`: +0.150 [")
+    assert "; vs its step-size control `grpo@lr=5e-05`: +0.100 [" in blame and blame.endswith(")")
+    assert next(line for line in lines if "`rrpo@tuned`" in line).endswith("; its step-size control is the baseline")
+
+
 def test_each_prediction_is_judged_by_its_rule(study):
     pages, main = study
     page = pages.results_page(main, None)

@@ -14,6 +14,7 @@ docs/results/ranking/records/ranking-main -o docs/results/ranking/main`) and, on
 
     python docs/results/ranking/pages.py            # write the pages
     python docs/results/ranking/pages.py --check    # exit 1 where a page is not what the reports give
+    python docs/results/ranking/pages.py --verdicts # print every verdict, for a closing note
 
 The plan (plan.md) fixes the cells, the endpoints and the predictions judged here; its sentence "If the map finds
 no regime that reaches 0.15, ... say so in the first sentence of every finding" is `HEADROOM_NEEDED`.
@@ -264,6 +265,22 @@ def main_table(study: Study) -> str:
                   "step-size control", "Δ area vs control (raw 95%)", "verdict (Holm p)", "update size"], rows)
 
 
+def verdict_lines(study: Study) -> list[str]:
+    """Each method's verdicts, one line each, as a closing note lists them: its primary contrast to tuned GRPO with
+    its raw interval and whether it survives Holm, and the same against its step-size control."""
+    lines = []
+    for r in methods(study):
+        if r.auc_vs_baseline is None:
+            continue
+        line = f"- `{r.method}` vs `{BASELINE}`: {' '.join(contrast_cells(r.auc_vs_baseline))}"
+        if r.auc_vs_control is not None:
+            line += f"; vs its step-size control `{r.step_size_control}`: {' '.join(contrast_cells(r.auc_vs_control))}"
+        elif not r.step_size_control:
+            line += "; its step-size control is the baseline"
+        lines.append(line)
+    return lines
+
+
 def like_for_like_lines(study: Study) -> list[str]:
     return [f"`{r.method}` against its like-for-like `{r.like_for_like}`: {' '.join(contrast_cells(r.auc_vs_like))}."
             for r in study.rows() if r.like_for_like]
@@ -382,6 +399,9 @@ def main(argv: list[str]) -> int:
     if study is None:
         print(f"{HERE / 'main'}: no report yet (credo report docs/results/ranking/records/ranking-main -o "
               "docs/results/ranking/main); the pages are left as they are")
+        return 0
+    if "--verdicts" in argv:  # for a closing note: every verdict, its interval, Holm, its step-size control
+        print("\n".join([yardstick(study), *verdict_lines(study)]))
         return 0
     stale = []
     for path, text in pages(study, load(HERE / "survey")).items():
