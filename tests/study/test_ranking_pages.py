@@ -76,8 +76,9 @@ def test_the_results_page_leads_with_the_yardstick_and_ranks_each_method(study):
     pages, main = study
     page = pages.results_page(main, None)
     first = page.split(pages.BEGIN)[1].strip().splitlines()[0]
-    assert first.startswith("Per-decision blame (`oracle_steps@tuned`) beats tuned GRPO by +0.500 [+0.4")
-    assert "on 10 seeds (Holm p <0.001): the headroom the ranking needs (at least 0.15)." in first
+    assert first.startswith("Per-decision blame (`oracle_steps@tuned`) beats tuned GRPO in sampled pass@1 area on 10 "
+                            "seeds (difference +0.500 [+0.4")
+    assert ", Holm p <0.001): the headroom the ranking needs (at least 0.15)." in first
     table = rows_of(page, "| cell | Δ area vs `grpo@tuned`")
     blame = table["`oracle_blame@tuned`"]
     assert blame[1].startswith("+0.150 [") and blame[2].startswith("beats")
@@ -179,10 +180,14 @@ def test_a_yardstick_short_of_the_bar_is_said_first(study, tmp_path):
     pages, _ = study
     low = pages.load(write_study(tmp_path / "low", {"grpo@tuned": 0.40, "oracle_steps@tuned": 0.60}))
     first = pages.yardstick(low)
-    assert first.startswith("Per-decision blame (`oracle_steps@tuned`) beats tuned GRPO by +0.100 [")
+    assert first.startswith("Per-decision blame (`oracle_steps@tuned`) beats tuned GRPO in sampled pass@1 area on 10 "
+                            "seeds (difference +0.100 [")
     assert first.endswith(", short of the 0.15 the ranking needs: every finding below is read in a regime with less "
                           "headroom than planned.")
     assert pages.front_paragraph(low).count(first) == 1
+    level = pages.load(write_study(tmp_path / "level", {"grpo@tuned": 0.40, "oracle_steps@tuned": 0.40}))
+    assert pages.yardstick(level).startswith(  # no gain is not written as one
+        "Per-decision blame (`oracle_steps@tuned`) is equivalent (TOST at the plan's margin) to tuned GRPO in sampled")
 
 
 def test_the_rules_on_paired_differences(study):

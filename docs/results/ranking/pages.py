@@ -33,7 +33,7 @@ from credo.io import write_text_atomic
 from credo.study.analysis import Contrast, DifficultyResult, MethodRow
 from credo.study.results import results_from_json
 from credo.study.stats import Estimate, Share, mean_interval
-from credo.study.tables import bracketed, p_text, share_text, verdict_cell
+from credo.study.tables import bracketed, p_text, share_text, verb, verdict_cell
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
@@ -232,8 +232,8 @@ def yardstick(study: Study) -> str:
     c = row.auc_vs_baseline if row is not None else None
     if c is None:
         return f"Per-decision blame (`{YARDSTICK}`) has no finished run paired with tuned GRPO yet."
-    said = (f"Per-decision blame (`{YARDSTICK}`) beats tuned GRPO by {bracketed(c.estimate)} in sampled pass@1 area "
-            f"on {c.estimate.n} seeds" + ("" if c.p_holm is None else f" (Holm p {p_text(c.p_holm)})"))
+    said = (f"Per-decision blame (`{YARDSTICK}`) {verb(c)} tuned GRPO in sampled pass@1 area on {c.estimate.n} seeds "
+            f"(difference {bracketed(c.estimate)}" + ("" if c.p_holm is None else f", Holm p {p_text(c.p_holm)}") + ")")
     if c.estimate.mean >= HEADROOM_NEEDED:
         return said + f": the headroom the ranking needs (at least {HEADROOM_NEEDED})."
     return said + (f", short of the {HEADROOM_NEEDED} the ranking needs: every finding below is read in a regime with "
