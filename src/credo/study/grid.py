@@ -592,8 +592,9 @@ def run_study(study: Study, *, jobs: int = 1, log: Callable[[str], None] = print
     if command:
         resolved["command"] = command
     write_text_atomic(study.output / STUDY_FILE, dump_study(resolved))
-    todo = [c for c in cells if cell_status(c) != "done" and (seeds is None or c.seed in seeds)]
-    done = sum(cell_status(c) == "done" for c in cells)
+    statuses = [cell_status(c) for c in cells]  # each cell's files read once
+    todo = [c for c, status in zip(cells, statuses) if status != "done" and (seeds is None or c.seed in seeds)]
+    done = statuses.count("done")
     here = "" if seeds is None else f" here (seeds {', '.join(map(str, sorted(seeds)))})"
     log(f"{study.config.name}: {len(cells)} runs, {done} done, {len(todo)} to run{here} -> {study.output}")
     started = time.perf_counter()
