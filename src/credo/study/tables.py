@@ -271,6 +271,7 @@ def where_runs_ran(devices: dict[str, dict[str, list[int]]]) -> str:
     if len(devices) == 1:
         (device, count), = counts.items()
         return f"Every run whose summary records its device ({count}) trained on {device}."
+
     def runs(by_method: dict[str, list[int]]) -> str:
         return ", ".join(f"`{method}` seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
                          for method, seeds in by_method.items())
