@@ -8,13 +8,16 @@ Measured in one run, interleaved, so that the ratios hold on a noisy machine:
   (`python -I -c pass`), the floor of any worker;
 - **per answer**: a call of a scorer that returns its argument (the fork of the worker, the child's limits,
   filter and reply), behind the boundary and without it, each the median over `--answers` calls;
+- **per answer in a shared child**: the same function listed in the scorer's `SHARED_CHILD` (as the agent
+  environments' `step` is), `--answers` calls in one request behind the boundary: one child for all of them;
 - **math-verify per answer**: `credo.tasks.math_grading.grade_math_outcomes` on answers as a `jsonl` task grades
   them (one sandboxed call each, behind the boundary), against `math_verify` on the same answers in this process;
 - **a reward model's tokenizer per answer**: `credo.tasks.bounded_tokenizer.BoundedTokenizer` on 840-character
   responses (one sandboxed call each) against the same tokenizer in this process, the testbed's tokenizer.
 
-Printed: each time and ratio; last, `RESULT boundary_answer_ratio=<x>`, a call behind the boundary over the same
-call without it (the namespaces', filter's and cgroup's share of an answer's cost).
+Printed: each time and ratio; last, `RESULT boundary_answer_ratio=<x> shared_child_speedup=<y>`: a call behind the
+boundary over the same call without it (the namespaces', filter's and cgroup's share of an answer's cost), and an
+answer's cost in a child of its own over its cost in a request's shared child.
 
     PYTHONPATH=src python benchmarks/sandbox_cost.py            # about a minute on 2 CPU cores
     PYTHONPATH=src python benchmarks/sandbox_cost.py --quick    # smoke test in seconds
@@ -33,7 +36,7 @@ from pathlib import Path
 
 from credo.tasks.sandbox import Sandbox
 
-ECHO = "def echo(value):\n    return value\n"
+ECHO = 'SHARED_CHILD = ("shared_echo",)\n\n\ndef echo(value):\n    return value\n\n\nshared_echo = echo\n'
 
 
 def median_seconds(work: Callable[[], object], repeats: int) -> float:
@@ -61,13 +64,18 @@ def worker_starts(scorer: Path, repeats: int) -> dict[str, float]:
 
 
 def per_answer(scorer: Path, answers: int) -> dict[str, float]:
-    """Median seconds per `echo` call, behind the boundary and without it (workers started beforehand)."""
+    """Median seconds per `echo` call, behind the boundary and without it, and per call of a request of `answers`
+    calls sharing a child behind the boundary (workers started beforehand)."""
     out = {}
     for label, confined in (("behind the boundary", True), ("without it", False)):
         box = Sandbox("bench", scorer, confined=confined)
         try:
             box.call("echo", (0,), 30)
             out[label] = median_seconds(lambda box=box: box.call("echo", ("x" * 100,), 30), answers)
+            if confined:
+                batch = [("x" * 100,)] * answers
+                out["in a shared child"] = median_seconds(
+                    lambda box=box: box.call_many("shared_echo", batch, 30), 3) / answers
         finally:
             box.shutdown()
     return out
@@ -129,10 +137,12 @@ def main() -> None:
         print(f"  {label:30s} {seconds * 1e3:8.2f} ms")
     ratio = answer["behind the boundary"] / answer["without it"]
     print(f"  the boundary's share: {ratio:.2f}x the unconfined call")
+    shared = answer["behind the boundary"] / answer["in a shared child"]
+    print(f"  a child per answer over a request's shared child: {shared:.1f}x")
     for name, pair in (("math-verify", grading), ("a reward model's tokenizer", tokenizing)):
         print(f"{name} per answer: sandboxed {pair['sandboxed'] * 1e3:.2f} ms, in process "
               f"{pair['in process'] * 1e3:.3f} ms ({pair['sandboxed'] / pair['in process']:.1f}x)")
-    print(f"RESULT boundary_answer_ratio={ratio:.2f}")
+    print(f"RESULT boundary_answer_ratio={ratio:.2f} shared_child_speedup={shared:.1f}")
 
 
 if __name__ == "__main__":

@@ -141,6 +141,28 @@ def test_the_environments_read_turns_behind_the_sandbox_and_a_failed_step_ends_i
     assert found.done and found.reward == 1.0 and found.correct is True
 
 
+def test_a_batch_read_in_one_shared_child_equals_the_rules_turn_by_turn():
+    # the environments' `step` shares a child per batch (SHARED_CHILD): 300 random episodes' turns, each state the
+    # one the rules in this process reached, read behind the sandbox in one request give the rules' outcomes
+    calc = rules_in_process("calculator_env")
+    assert calc.SHARED_CHILD == ("step",) and rules_in_process("guess_env").SHARED_CHILD == ("step",)
+    env = CalculatorEnvironment(max_turns=8, call_reward=0.5)
+    rng = random.Random(0)
+    forms = ["<call>{a}+{b}</call>", "<call>{a}-{b}</call>", "<call>{a}*{b}</call>", "<call>check</call>",
+             "<call>undo</call>", "\\boxed{{{a}}}", "<call>{a}/{b}</call>", " <call>{a}+{b}</call> "]
+    states, turns, expected = [], [], []
+    for _ in range(300):
+        state = env.reset(PROBLEM)
+        for _ in range(rng.randrange(4)):
+            state = calc.step(state, rng.choice(forms[:5]).format(a=rng.randrange(30), b=rng.randrange(10)))["state"]
+        turn = rng.choice(forms).format(a=rng.randrange(30), b=rng.randrange(10))
+        states.append(state)
+        turns.append(turn)
+        expected.append(_turn_outcome(calc.step(state, turn)))
+    assert env.step_batch(states, turns) == expected and env.failures == 0
+    assert len({(o.kind, o.correct) for o in expected}) >= 5  # calls right and wrong, checks, undos, answers
+
+
 def test_a_noisy_transcript_errs_only_in_its_calls_by_the_misconceptions_offsets():
     from credo.tasks.arith import OPS, ArithConfig, ArithTask, Noise
     from credo.tasks.calculator import noisy_transcript

@@ -246,3 +246,89 @@ def test_a_failed_verification_is_counted_in_the_metric(monkeypatch):
     verdicts, errors = verify_all(task, [problem] * 2, [f"<answer>{problem.answer}</answer>"] * 2, "zero")
     assert errors == 0 and [(v.reward, v.correct, v.sandbox_failed) for v in verdicts] == [(0.0, False, True)] * 2
     assert sandbox_failures(verdicts) == 2
+
+
+# ------------------------------------------------------------------------------------------ calls sharing a child
+
+SHARED = '''
+import os, time
+
+SHARED_CHILD = ("count", "step")
+_SEEN = []
+
+
+def count(value):
+    _SEEN.append(value)
+    return [len(_SEEN), os.getpid()]
+
+
+def fresh_count(value):
+    return count(value)
+
+
+def step(kind, value):
+    if kind == "nap":
+        time.sleep(value)
+    elif kind == "sleep":
+        time.sleep(10**6)
+    elif kind == "raise":
+        raise ValueError("bad turn")
+    elif kind == "allocate":
+        return len(bytearray(10 * 2**30))
+    elif kind == "system":
+        os.system("touch " + value)
+    elif kind == "exit":
+        os._exit(3)
+    elif kind == "huge":
+        return "x" * (2**20 + 10)
+    return value
+'''
+
+
+@pytest.fixture
+def shared(tmp_path):
+    path = tmp_path / "shared_scorer.py"
+    path.write_text(SHARED)
+    sandbox = Sandbox("shared", path, Limits(memory_mb=1024))
+    yield sandbox
+    sandbox.shutdown()
+
+
+def test_the_calls_of_one_request_share_a_child_and_the_next_request_starts_clean(shared):
+    first = [o.value for o in shared.call_many("count", [(v,) for v in range(5)], 5)]
+    second = [o.value for o in shared.call_many("count", [(v,) for v in range(3)], 5)]
+    assert [n for n, _ in first] == [1, 2, 3, 4, 5] and len({pid for _, pid in first}) == 1
+    assert [n for n, _ in second] == [1, 2, 3] and {pid for _, pid in second}.isdisjoint(pid for _, pid in first)
+    # a function the module does not list keeps a fresh child per call
+    assert [o.value[0] for o in shared.call_many("fresh_count", [(v,) for v in range(3)], 5)] == [1, 1, 1]
+
+
+def test_each_shared_call_has_its_own_time_bound(shared):
+    started = time.perf_counter()
+    outcomes = shared.call_many("step", [("nap", 0.6)] * 3, 1.0)  # 1.8 s in all, each within its 1 s
+    assert [o.value for o in outcomes] == [0.6] * 3 and not any(o.failed for o in outcomes)
+    assert time.perf_counter() - started >= 1.8
+
+
+def test_a_failure_in_a_shared_child_fails_its_own_call_and_the_rest_go_on(shared, tmp_path):
+    sentinel = tmp_path / "pwned"
+    calls = [("ok", 1), ("sleep", None), ("ok", 2), ("raise", None), ("ok", 3), ("allocate", None), ("ok", 4),
+             ("system", str(sentinel)), ("ok", 5), ("exit", None), ("ok", 6), ("huge", None), ("ok", 7)]
+    shared.call("step", ("ok", 0), 5)
+    pid = shared.worker_pid()
+    started = time.perf_counter()
+    outcomes = shared.call_many("step", calls, 1.0)
+    assert 1.0 <= time.perf_counter() - started < 6
+    assert [o.value for o in outcomes] == [1, None, 2, None, 3, None, 4, None, 5, None, 6, None, 7]
+    assert [o.failed for o in outcomes] == [0, 1, 0, 0, 0, 1, 0, 1, 0, 1, 0, 1, 0]
+    assert outcomes[3].error == "ValueError: bad turn" and shared.failures == 5
+    assert not sentinel.exists() and shared.worker_pid() == pid  # no failure reached the worker
+
+
+def test_a_shared_function_cannot_also_be_prepared(tmp_path):
+    path = tmp_path / "both_scorer.py"
+    path.write_text('SHARED_CHILD = ("f",)\nPREPARE = {"f": 1}\n\n\ndef prepare(key):\n    pass\n\n\n'
+                    'def f(key, answer):\n    return answer\n')
+    box = Sandbox("both", path)
+    with pytest.raises((RuntimeError, OSError), match=r"\['f'\] are both in SHARED_CHILD and in PREPARE"):
+        box.call("f", ("k", 1), 5)

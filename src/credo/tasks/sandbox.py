@@ -5,7 +5,10 @@ A policy's output is untrusted input, and some scorers evaluate it (reasoning-gy
 that imports no credo code (`credo/tasks/scorers/`), in a persistent worker process
 (`credo/tasks/sandbox_worker.py`, started with `subprocess`, so the caller's main module is not re-imported).
 The worker imports the scorer's libraries once and never runs a call itself: it forks a child per call,
-which confines itself, runs the call, replies and exits, so every call starts from the same clean state.
+which confines itself, runs the call, replies and exits, so every call starts from the same clean state; the calls
+of one request to a function the scorer lists in `SHARED_CHILD` (one that runs nothing of its input and keeps
+nothing, as the agent environments' `step`) share one confined child, each under its own bound
+(`sandbox_worker._serve_shared`).
 
 The boundary (isolation "bwrap", the default; see docs/security.md), from the outside in:
 
@@ -41,7 +44,7 @@ enforce the filter), the worker refuses to start (`SandboxUnavailable`, naming w
 labelled replies, a clean environment, a scratch directory on disk, the limits and the audit hook, which
 code that runs in it can get around) and a warning is logged once.
 
-The cost is a fork per answer: on a 2-core VM under load, about 8 ms for a small scorer and 25-30 ms for
+The cost is a fork per answer (per request, for a `SHARED_CHILD` function): on a 2-core VM under load, about 8 ms for a small scorer and 25-30 ms for
 reasoning-gym's worker (~110 MB resident), against 0.1 ms for the persistent worker this replaced; a
 worker's start is unchanged but for bubblewrap's ~0.1 s.
 

@@ -26,6 +26,10 @@ from __future__ import annotations
 
 import re
 
+SHARED_CHILD = ("step",)
+"""`step` reads a turn as data with one bounded regular expression and keeps nothing: the turns of one batch share
+a confined child (`credo.tasks.sandbox_worker`), each under its own time bound."""
+
 MAX_DIGITS = 6
 _CALL = re.compile(r"\s*<call>(?:(check|undo)|(-?\d{1,%d})([+*-])(\d{1,%d}))</call>\s*" % (MAX_DIGITS, MAX_DIGITS))
 _ANSWER = re.compile(r"\\boxed\{(-?\d{1,%d})\}" % MAX_DIGITS)

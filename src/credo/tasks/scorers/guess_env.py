@@ -15,6 +15,10 @@ from __future__ import annotations
 
 import re
 
+SHARED_CHILD = ("step",)
+"""`step` reads a turn as data with one bounded regular expression and keeps nothing: the turns of one batch share
+a confined child (`credo.tasks.sandbox_worker`), each under its own time bound."""
+
 _GUESS = re.compile(r"\s*<call>guess (\d{1,6})</call>\s*")
 
 
