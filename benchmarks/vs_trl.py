@@ -376,7 +376,7 @@ def run_credo(config: RunConfig, workdir: Path, baton: Baton) -> SideResult:
     """credo's own trainer (`credo.train.train`) with probes; step times from its metrics.jsonl (`time/step_s`)."""
     import credo.train as credo_train
     from credo.rollout import groups
-    from credo.rollout.generate import TransformersBackend
+    from credo.rollout.transformers_backend import TransformersBackend
 
     probes = _side.probes
 

@@ -19,8 +19,8 @@ from credo.extras import require
 from credo.gguf import PRESETS, converted_directory, preset_file
 from credo.io import check_torch_archive
 from credo.rollout.crn import CommonRandomNumbers
-from credo.rollout.generate import TransformersBackend
 from credo.rollout.options import RolloutOptions
+from credo.rollout.transformers_backend import TransformersBackend
 from credo.tasks.base import short_repr
 
 

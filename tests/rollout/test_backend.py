@@ -8,7 +8,7 @@ import pytest
 from scripted import ScriptedPolicy
 
 from credo.rollout.backend import GenerationBackend, TrainingBackend
-from credo.rollout.generate import TransformersBackend
+from credo.rollout.transformers_backend import TransformersBackend
 from credo.rollout.vllm_backend import VllmBackend
 
 
@@ -42,11 +42,11 @@ def test_the_protocols_recognise_a_backend_at_run_time(policy):
 
 
 def test_a_call_s_stop_strings_join_the_backend_s(policy, monkeypatch):
-    import credo.rollout.generate as generation
+    import credo.rollout.transformers_backend as transformers_backend
 
     model, tokenizer, _ = policy
     seen = []
-    monkeypatch.setattr(generation, "generate", lambda *args, **kwargs: seen.append(kwargs["stop"]))
+    monkeypatch.setattr(transformers_backend, "generate", lambda *args, **kwargs: seen.append(kwargs["stop"]))
     backend = TransformersBackend(model, tokenizer, stop=["</answer>"])
     backend.generate([[1, 2]], max_new_tokens=4, stop=["</call>"])
     backend.generate([[1, 2]], max_new_tokens=4)

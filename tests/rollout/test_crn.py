@@ -10,7 +10,8 @@ from tiny import TINY
 
 from credo.config import ConfigError, load_config
 from credo.rollout.crn import EVAL, TRAIN, CommonRandomNumbers, mix, sample_by_inversion, uniforms
-from credo.rollout.generate import TransformersBackend, generate, pick_tokens
+from credo.rollout.generate import generate, pick_tokens
+from credo.rollout.transformers_backend import TransformersBackend
 
 
 def test_keyed_uniforms_are_uniform_and_uncorrelated():

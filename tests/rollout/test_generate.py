@@ -9,13 +9,8 @@ import pytest
 import torch
 
 from credo.rollout import generate as generation
-from credo.rollout.generate import (
-    TransformersBackend,
-    cut_response,
-    end_token_ids,
-    generate,
-    pick_tokens,
-)
+from credo.rollout.generate import cut_response, end_token_ids, generate, pick_tokens
+from credo.rollout.transformers_backend import TransformersBackend
 from credo.testbed import USER
 
 

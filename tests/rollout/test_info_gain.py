@@ -14,9 +14,10 @@ from credo.config import ConfigError, load_config
 from credo.methods import get_method
 from credo.policy import policy_logprobs
 from credo.rollout.backend import ScoringBackend
-from credo.rollout.generate import TransformersBackend, left_pad, right_pad
+from credo.rollout.generate import left_pad, right_pad
 from credo.rollout.groups import ProblemStream
 from credo.rollout.samplers.info_gain import InfoGainSampler
+from credo.rollout.transformers_backend import TransformersBackend
 from credo.tasks.arith import BOXED
 from credo.tasks.base import Problem
 from credo.testbed import chat_prompt

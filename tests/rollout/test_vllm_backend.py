@@ -94,7 +94,7 @@ def tiny_policy(lora: bool = False):
 
 
 def test_completions_match_the_transformers_backend(fake_vllm):
-    from credo.rollout.generate import TransformersBackend
+    from credo.rollout.transformers_backend import TransformersBackend
     from credo.rollout.vllm_backend import VllmBackend
 
     _, model, tokenizer, directory = tiny_policy()

@@ -63,7 +63,8 @@ from torch import Tensor
 from credo.integrations.trl import TaskReward
 from credo.rollout.backend import GenerationBackend
 from credo.rollout.episodes import Episodes, sample_episodes
-from credo.rollout.generate import TransformersBackend, encode_prompts, per_token
+from credo.rollout.generate import encode_prompts, per_token
+from credo.rollout.transformers_backend import TransformersBackend
 from credo.tasks.base import Task
 
 EPISODE_ARGS = {

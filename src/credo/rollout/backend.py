@@ -2,10 +2,11 @@
 
 A sampler needs a tokenizer and one call, `generate(prompts, ...)`, that samples `repeat` responses per prompt and
 returns them as `Completions` (`credo.rollout.generate`); the trainer also keeps the backend on the policy's weights
-after each update (`sync_weights`). `credo.rollout.generate.TransformersBackend` and
+after each update (`sync_weights`). `credo.rollout.transformers_backend.TransformersBackend` and
 `credo.rollout.vllm_backend.VllmBackend` implement `TrainingBackend`; a scripted stand-in (the tests') or another
 engine implements `GenerationBackend` to drive the samplers. A sampler that scores text it did not sample (IGPO's
-information gain) needs a `ScoringBackend`.
+information gain) needs a `ScoringBackend`. Multi-turn episodes keep their KV caches across turns where the backend
+is a `TurnBackend` (the transformers one), and re-send each episode's context at every turn otherwise.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from typing import Any, Protocol, runtime_checkable
 
 from credo.rollout.generate import Completions
+from credo.rollout.turn_cache import TurnSession
 
 
 @runtime_checkable
@@ -36,6 +38,17 @@ class TrainingBackend(GenerationBackend, Protocol):
 
     def sync_weights(self) -> None:
         """Sample from the policy's current weights from now on (a no-op where the backend is the policy)."""
+        ...
+
+
+@runtime_checkable
+class TurnBackend(GenerationBackend, Protocol):
+    """A generation backend that keeps multi-turn episodes' KV caches from one turn to the next."""
+
+    def open_turns(self, contexts: list[list[int]], *, repeat: int = 1) -> TurnSession:
+        """A session of `repeat` episodes per context (`credo.rollout.turn_cache.TurnSession`): `turn` samples the
+        next turn of its running episodes as `generate` would sample it after each one's context so far, `observe`
+        appends an environment's tokens."""
         ...
 
 

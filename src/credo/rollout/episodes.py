@@ -1,9 +1,11 @@
 """Multi-turn episodes: the policy's turns and an environment's observations, sampled turn by turn.
 
 `sample_episodes` runs a batch of episodes in lockstep: every running episode's next turn is generated in one call
-of the generation backend (its context so far as the prompt, the environment's `turn_end` as this call's stop
-string), then the environment reads every new turn in one sandboxed batch (`Environment.step_batch`) and its
-observations are appended as token ids, never re-tokenising what came before. An episode ends when the environment
+(the environment's `turn_end` as the call's stop string), then the environment reads every new turn in one sandboxed
+batch (`Environment.step_batch`) and its observations are appended as token ids, never re-tokenising what came
+before. A backend that keeps episodes' KV caches across turns (`TurnBackend`: the transformers one,
+`credo.rollout.turn_cache`) encodes only each turn's new tokens; any other gets each episode's context so far as the
+prompt of a `generate` call. An episode ends when the environment
 says so, after `max_turns` turns, or when its next turn would not fit its token budget; one that ends without the
 environment's word is `truncated` and earns 0.
 
@@ -25,8 +27,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from credo.rollout.backend import GenerationBackend
+from credo.rollout.backend import GenerationBackend, TurnBackend
 from credo.rollout.generate import Completions, per_token
+from credo.rollout.turn_cache import TurnSession
 from credo.tasks.base import Problem, Verdict
 from credo.tasks.environment import Environment, TurnOutcome
 
@@ -194,13 +197,18 @@ def sample_episodes(backend: GenerationBackend, env: Environment, problems: Sequ
             episodes.prefix_len[r] = len(start.tokens)
             states.append(dict(start.state))
     running = list(range(rows))
+    session = backend.open_turns([episodes.prompts[r] + episodes.tokens[r] for r in range(0, rows, repeat)],
+                                 repeat=repeat) if isinstance(backend, TurnBackend) else None
     while True:
         running = [r for r in running
                    if len(episodes.outcomes[r]) < env.max_turns and len(episodes.tokens[r]) < budget_tokens]
         if not running:
             break
-        turns = _next_turns(backend, episodes, running, turn_tokens, budget_tokens, env.turn_end,
-                            temperature=temperature, top_p=top_p, greedy=greedy)
+        sampling = {"temperature": temperature, "top_p": top_p, "greedy": greedy}
+        turns = (_next_turns(backend, episodes, running, turn_tokens, budget_tokens, env.turn_end, **sampling)
+                 if session is None else
+                 _session_turns(session, backend.tokenizer, episodes, running, turn_tokens, budget_tokens,
+                                env.turn_end, **sampling))
         outcomes = env.step_batch([states[r] for r in running], [turns[r][3] for r in running])
         still = []
         for r, outcome in zip(running, outcomes, strict=True):
@@ -217,6 +225,8 @@ def sample_episodes(backend: GenerationBackend, env: Environment, problems: Sequ
             room = budget_tokens - len(episodes.tokens[r])
             observation = backend.tokenizer(outcome.observation, add_special_tokens=False)["input_ids"][:room]
             _append(episodes, r, observation, -1, [0.0] * len(observation), [0.0] * len(observation))
+            if session is not None:
+                session.observe(r, observation)
             still.append(r)
         running = still
     return episodes
@@ -238,6 +248,17 @@ def _next_turns(backend: GenerationBackend, episodes: Episodes, rows: list[int],
             ids = drawn.response_ids[i][drawn.response_mask[i]].tolist()
             out[r] = (ids, _row(drawn.token_probs, i, len(ids)), _row(drawn.entropies, i, len(ids)), drawn.texts[i])
     return out
+
+
+def _session_turns(session: TurnSession, tokenizer, episodes: Episodes, rows: list[int], turn_tokens: int,
+                   budget_tokens: int, stop: str,
+                   **sampling) -> dict[int, tuple[list[int], list[float], list[float], str]]:
+    """`_next_turns` through a turn session: each running episode's next turn after its cached context, all in one
+    call, each row at most `turn_tokens` and what its budget has left."""
+    limits = [min(turn_tokens, budget_tokens - len(episodes.tokens[r])) for r in rows]
+    drawn = session.turn(rows, limits, stop=[stop], **sampling)
+    texts = tokenizer.batch_decode([drawn[r][0] for r in rows], skip_special_tokens=True)
+    return {r: (*drawn[r][:3], text) for r, text in zip(rows, texts, strict=True)}
 
 
 def _row(values, i: int, length: int) -> list[float]:

@@ -9,10 +9,9 @@ import torch
 from torch import Tensor
 
 from credo.hf_compat import cache_keyword
-from credo.rollout.crn import CommonRandomNumbers, sample_by_inversion, uniforms
+from credo.rollout.crn import sample_by_inversion, uniforms
 from credo.rollout.decode_step import DecodeStep
 from credo.rollout.padding import left_pad, right_pad
-from credo.rollout.score import score_continuations
 
 
 @dataclass
@@ -158,13 +157,15 @@ a decoding step on CPU and 42% of the GPU's time (docs/results/gpu.md)."""
 
 def decode(model, tokenizer, ids: Tensor, mask: Tensor, cache, *, max_new_tokens: int, temperature: float,
            top_p: float, greedy: bool, stop: list[str], end_ids: Collection[int],
-           keys: Tensor | None = None,
+           keys: Tensor | None = None, limits: Sequence[int] | None = None, compact: bool = True,
            cuda_graphs: bool = True) -> list[tuple[list[int], list[float], list[float], bool]]:
     """Sample up to `max_new_tokens` after left-padded prompts `ids` (N, P) whose all-but-last tokens are in
-    the static `cache`; returns each row's response tokens, their probabilities under the temperature-scaled
+    the static `cache` (`mask` (N, P) marks each row's own positions; only `ids`' last column is read); returns each row's response tokens, their probabilities under the temperature-scaled
     distribution and that distribution's entropy at each (`token_statistics`), and whether it
     ended (one of `end_ids`, or a stop string). With `keys` (N,), row r's token t is drawn with the uniform
-    `crn.uniforms(keys[r], t)`.
+    `crn.uniforms(keys[r], t)`. With `limits` (N,), row r stops after `limits[r]` tokens (at most
+    `max_new_tokens`); without `compact`, finished rows stay in the batch and the cache (a turn session keeps
+    every row's cache for its next turn, `credo.rollout.turn_cache`).
 
     A plain loop of forward passes over the cache, one token per step, rather than transformers' `generate`:
     its per-step set-up (logits processors, stopping criteria, input preparation) cost as much as a small
@@ -174,13 +175,15 @@ def decode(model, tokenizer, ids: Tensor, mask: Tensor, cache, *, max_new_tokens
     """
     ends = frozenset(end_ids)
     forward = DecodeStep(model, cache, graphs=cuda_graphs)
-    N, P = ids.shape
+    N, P = mask.shape
     attention = torch.zeros(N, P + max_new_tokens, dtype=torch.long, device=ids.device)  # (N, L): the cache's length
     attention[:, :P] = mask
     positions = mask.sum(dim=1, keepdim=True) - 1  # (N, 1): the last prompt token's position
     token = ids[:, -1:]  # (N, 1)
     live = torch.arange(N, device=ids.device)  # the original row of each row still in the batch
     kept = N
+    limit = [max_new_tokens] * N if limits is None else list(limits)
+    finished = [False] * N  # ended, or at its limit
     tokens: list[list[int]] = [[] for _ in range(N)]
     probs: list[list[float]] = [[] for _ in range(N)]
     entropies: list[list[float]] = [[] for _ in range(N)]
@@ -198,7 +201,7 @@ def decode(model, tokenizer, ids: Tensor, mask: Tensor, cache, *, max_new_tokens
         picked = torch.cat([token.double(), stats.double()], dim=1).tolist()  # one transfer per step
         running = []
         for index, (row, (value, prob, entropy)) in enumerate(zip(live.tolist(), picked)):
-            if ended[row]:
+            if finished[row]:
                 continue  # finished at an earlier step, still in the batch until the next compaction
             value = int(value)
             tokens[row].append(value)
@@ -207,11 +210,12 @@ def decode(model, tokenizer, ids: Tensor, mask: Tensor, cache, *, max_new_tokens
             if stop:
                 texts[row] += tokenizer.decode([value])
             ended[row] = value in ends or any(s in texts[row] for s in stop)
-            if not ended[row]:
+            finished[row] = ended[row] or len(tokens[row]) >= limit[row]
+            if not finished[row]:
                 running.append(index)
         if not running:
             break
-        if len(running) <= COMPACT_AT * kept:
+        if compact and len(running) <= COMPACT_AT * kept:
             index = torch.tensor(running, device=ids.device)
             for layer in cache.layers:
                 layer.keys, layer.values = layer.keys[index], layer.values[index]
@@ -302,50 +306,3 @@ def cut_response(row: list[int], eos: int | Collection[int], pad: int, tokenizer
     while row and row[-1] == pad and pad not in ends:
         row = row[:-1]
     return row, False
-
-
-class TransformersBackend:
-    """The generation backend the samplers call: a transformers model and its tokenizer.
-
-    It implements `credo.rollout.backend.TrainingBackend` and `ScoringBackend`; samplers call its `GenerationBackend`
-    part (`tokenizer`, `generate`), and IGPO's its `score`, so a scripted policy (tests) or another engine
-    (`credo.rollout.vllm_backend.VllmBackend`) can stand in for it. On a GPU its decoding steps replay
-    CUDA graphs unless `cuda_graphs` is off (`rollout.cuda_graphs`). The model samples in eval mode
-    (no dropout) and is put back in the mode it was in. Responses end at every end token `end_token_ids`
-    finds (read at each call: the tokenizer's and the model's declared end-of-turn ids).
-    """
-
-    def __init__(self, model, tokenizer, *, batch_size: int = 256, stop: list[str] | None = None,
-                 common_random_numbers: CommonRandomNumbers | None = None, cuda_graphs: bool = True) -> None:
-        self.model, self.tokenizer, self.batch_size, self.stop = model, tokenizer, batch_size, stop
-        self.common_random_numbers, self.cuda_graphs = common_random_numbers, cuda_graphs
-
-    def generate(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 1.0,
-                 top_p: float = 1.0, greedy: bool = False, repeat: int = 1,
-                 stop: list[str] | None = None) -> Completions:
-        was_training = self.model.training
-        self.model.eval()
-        crn = self.common_random_numbers
-        keys = None if crn is None or greedy else crn.keys(len(prompts) * repeat)
-        try:
-            return generate(
-                self.model, self.tokenizer, prompts, max_new_tokens=max_new_tokens, temperature=temperature,
-                top_p=top_p, greedy=greedy, stop=[*(self.stop or []), *(stop or [])], batch_size=self.batch_size,
-                repeat=repeat, keys=keys,
-                cuda_graphs=self.cuda_graphs,
-            )
-        finally:
-            self.model.train(was_training)
-
-    def score(self, contexts: list[list[int]], continuations: list[list[int]]) -> list[list[float]]:
-        """Each continuation's token log-probs after its context (`credo.rollout.score`), the model in eval mode."""
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            return score_continuations(self.model, contexts, continuations, pad=self.tokenizer.pad_token_id,
-                                       batch_size=self.batch_size)
-        finally:
-            self.model.train(was_training)
-
-    def sync_weights(self) -> None:
-        """Nothing to do: this backend samples from the policy itself."""
