@@ -209,3 +209,22 @@ def test_decoding_and_the_update_pass_the_kv_cache_by_the_installed_transformers
         out = generate(model, tokenizer, prompts * 2, max_new_tokens=6, repeat=2)
         policy_logprobs(model, out.prompt_ids, out.prompt_mask, out.response_ids, out.response_mask, temperature=1.0,
                         chunk_tokens=1024)
+
+
+def test_decode_stops_each_row_at_its_own_limit_and_without_compaction_keeps_every_row(policy):
+    from credo.rollout.generate import GROW_TOKENS, decode, left_pad, shared_prompt_cache
+
+    model, tokenizer, prompts = policy
+    ids, mask = left_pad(prompts, tokenizer.pad_token_id)
+    limits = [3, 9, 5]
+    runs = {}
+    for compact in (True, False):
+        cache = shared_prompt_cache(model, ids, mask.long(), 1, ids.shape[1] + GROW_TOKENS)
+        with torch.no_grad():
+            runs[compact] = decode(model, tokenizer, ids, mask.long(), cache, max_new_tokens=9, temperature=1.0,
+                                   top_p=1.0, greedy=True, stop=[], end_ids=[], limits=limits, compact=compact)
+        assert all(layer.keys.shape[0] == (1 if compact else 3) for layer in cache.layers)  # one row ran to the end
+        assert int(cache.layers[0].cumulative_length) == ids.shape[1] - 1 + max(limits)
+    for compact, rows in runs.items():
+        assert [len(tokens) for tokens, *_ in rows] == limits and not any(ended for *_, ended in rows)
+    assert [tokens for tokens, *_ in runs[True]] == [tokens for tokens, *_ in runs[False]]
