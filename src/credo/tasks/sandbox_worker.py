@@ -188,16 +188,8 @@ def _run_shared(conn: Connection, request_id: int, function, calls: list, start:
     """Calls `start`, `start + 1`, ... in one forked child, each call's message sent as its reply line arrives;
     the child's last call (the request's last, or the one that ended it) is reported once the child has exited and
     the scratch directory is emptied. Returns the next call's index and whether the directory was emptied."""
-    reply_fd, child_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(reply_fd)
-            conn.close()
-            _calls_in_child(child_fd, function, calls[start:], timeout_s, syscall_filter, scratch)
-        finally:
-            os._exit(0)
-    os.close(child_fd)
+    pid, reply_fd = _fork(conn, lambda fd: _calls_in_child(fd, function, calls[start:], timeout_s, syscall_filter,
+                                                          scratch))
     index, pending = start, bytearray()
     try:
         while True:
@@ -259,18 +251,25 @@ def _prepare(scorer, name: str, args: tuple) -> None:
             scorer.prepare(*args[:trusted])
 
 
-def _run(conn: Connection, call, timeout_s: float) -> tuple[str, object]:
-    """`call()` in a forked child: its reply `(kind, detail)`, or how it failed."""
+def _fork(conn: Connection, work) -> tuple[int, int]:
+    """A forked child that closes the worker's socket and runs `work(fd)`, `fd` the write end of its reply pipe,
+    then exits; returns its pid and the pipe's read end."""
     reply_fd, child_fd = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
             os.close(reply_fd)
             conn.close()
-            _write(child_fd, call())
+            work(child_fd)
         finally:
             os._exit(0)
     os.close(child_fd)
+    return pid, reply_fd
+
+
+def _run(conn: Connection, call, timeout_s: float) -> tuple[str, object]:
+    """`call()` in a forked child: its reply `(kind, detail)`, or how it failed."""
+    pid, reply_fd = _fork(conn, lambda fd: _write(fd, call()))
     try:
         reply = _read(pid, reply_fd, conn.fileno(), time.monotonic() + timeout_s)
     finally:
