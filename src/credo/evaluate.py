@@ -80,9 +80,9 @@ def evaluate_policy(backend, task, problems, config, *, max_new_tokens: int, see
     `config.top_p` (of the first `config.sample_problems` of each difficulty, where set), overall and per difficulty,
     and per difficulty the responses' lengths and truncated shares (`summarise`).
 
-    Responses come from the run's generation backend (`credo.rollout.transformers_backend.TransformersBackend` or vLLM), drawn
-    and verified as training draws them (`credo.rollout.groups.draw`: multi-turn episodes where the task has an
-    environment).
+    Responses come from the run's generation backend (`credo.rollout.transformers_backend.TransformersBackend` or
+    vLLM), drawn and verified as training draws them (`credo.rollout.groups.draw`: multi-turn episodes where the
+    task has an environment).
     Sampling runs under its own seed (the training RNG stream is left untouched), so evaluations of
     different runs and methods see the same sampling noise. A verifier that raises follows the run's
     `rollout.reward_errors`, as in training: "raise" stops with the prompt and response, "zero" counts the

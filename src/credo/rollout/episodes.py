@@ -199,12 +199,12 @@ def sample_episodes(backend: GenerationBackend, env: Environment, problems: Sequ
     running = list(range(rows))
     session = backend.open_turns([episodes.prompts[r] + episodes.tokens[r] for r in range(0, rows, repeat)],
                                  repeat=repeat) if isinstance(backend, TurnBackend) else None
+    sampling = {"temperature": temperature, "top_p": top_p, "greedy": greedy}
     while True:
         running = [r for r in running
                    if len(episodes.outcomes[r]) < env.max_turns and len(episodes.tokens[r]) < budget_tokens]
         if not running:
             break
-        sampling = {"temperature": temperature, "top_p": top_p, "greedy": greedy}
         turns = (_next_turns(backend, episodes, running, turn_tokens, budget_tokens, env.turn_end, **sampling)
                  if session is None else
                  _session_turns(session, backend.tokenizer, episodes, running, turn_tokens, budget_tokens,

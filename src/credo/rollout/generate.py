@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -160,12 +161,13 @@ def decode(model, tokenizer, ids: Tensor, mask: Tensor, cache, *, max_new_tokens
            keys: Tensor | None = None, limits: Sequence[int] | None = None, compact: bool = True,
            cuda_graphs: bool = True) -> list[tuple[list[int], list[float], list[float], bool]]:
     """Sample up to `max_new_tokens` after left-padded prompts `ids` (N, P) whose all-but-last tokens are in
-    the static `cache` (`mask` (N, P) marks each row's own positions; only `ids`' last column is read); returns each row's response tokens, their probabilities under the temperature-scaled
-    distribution and that distribution's entropy at each (`token_statistics`), and whether it
-    ended (one of `end_ids`, or a stop string). With `keys` (N,), row r's token t is drawn with the uniform
-    `crn.uniforms(keys[r], t)`. With `limits` (N,), row r stops after `limits[r]` tokens (at most
-    `max_new_tokens`); without `compact`, finished rows stay in the batch and the cache (a turn session keeps
-    every row's cache for its next turn, `credo.rollout.turn_cache`).
+    the static `cache` (`mask` (N, P) marks each row's own positions; only `ids`' last column is read); returns
+    each row's response tokens, their probabilities under the temperature-scaled distribution and that
+    distribution's entropy at each (`token_statistics`), and whether it ended (one of `end_ids`, or a stop
+    string). With `keys` (N,), row r's token t is drawn with the uniform `crn.uniforms(keys[r], t)`. With
+    `limits` (N,), row r stops after `limits[r]` tokens (at most `max_new_tokens`); without `compact`, finished
+    rows stay in the batch and the cache (a turn session keeps every row's cache for its next turn,
+    `credo.rollout.turn_cache`).
 
     A plain loop of forward passes over the cache, one token per step, rather than transformers' `generate`:
     its per-step set-up (logits processors, stopping criteria, input preparation) cost as much as a small
@@ -287,6 +289,17 @@ def shared_prompt_cache(model, ids: Tensor, mask: Tensor, repeat: int, max_lengt
             cache.update(layer.keys.repeat_interleave(repeat, dim=0), layer.values.repeat_interleave(repeat, dim=0),
                          index, {"cache_position": where})
     return cache
+
+
+@contextmanager
+def eval_mode(model) -> Iterator[None]:
+    """The model in eval mode (no dropout) while it samples or scores, then back in the mode it was in."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
 
 
 def cut_response(row: list[int], eos: int | Collection[int], pad: int, tokenizer,

@@ -4,7 +4,7 @@ KV caches across turns, on a transformers model the trainer trains."""
 from __future__ import annotations
 
 from credo.rollout.crn import CommonRandomNumbers
-from credo.rollout.generate import Completions, end_token_ids, generate
+from credo.rollout.generate import Completions, end_token_ids, eval_mode, generate
 from credo.rollout.score import score_continuations
 from credo.rollout.turn_cache import TurnSession
 
@@ -28,19 +28,15 @@ class TransformersBackend:
     def generate(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float = 1.0,
                  top_p: float = 1.0, greedy: bool = False, repeat: int = 1,
                  stop: list[str] | None = None) -> Completions:
-        was_training = self.model.training
-        self.model.eval()
         crn = self.common_random_numbers
         keys = None if crn is None or greedy else crn.keys(len(prompts) * repeat)
-        try:
+        with eval_mode(self.model):
             return generate(
                 self.model, self.tokenizer, prompts, max_new_tokens=max_new_tokens, temperature=temperature,
                 top_p=top_p, greedy=greedy, stop=[*(self.stop or []), *(stop or [])], batch_size=self.batch_size,
                 repeat=repeat, keys=keys,
                 cuda_graphs=self.cuda_graphs,
             )
-        finally:
-            self.model.train(was_training)
 
     def open_turns(self, contexts: list[list[int]], *, repeat: int = 1) -> TurnSession:
         """A session of `repeat` episodes per context whose KV caches stay across turns
@@ -51,13 +47,9 @@ class TransformersBackend:
 
     def score(self, contexts: list[list[int]], continuations: list[list[int]]) -> list[list[float]]:
         """Each continuation's token log-probs after its context (`credo.rollout.score`), the model in eval mode."""
-        was_training = self.model.training
-        self.model.eval()
-        try:
+        with eval_mode(self.model):
             return score_continuations(self.model, contexts, continuations, pad=self.tokenizer.pad_token_id,
                                        batch_size=self.batch_size)
-        finally:
-            self.model.train(was_training)
 
     def sync_weights(self) -> None:
         """Nothing to do: this backend samples from the policy itself."""

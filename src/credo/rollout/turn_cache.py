@@ -21,7 +21,6 @@ stops leaves its chunk at the next turn.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +29,14 @@ from torch import Tensor
 
 from credo.hf_compat import cache_keyword
 from credo.rollout.crn import CommonRandomNumbers
-from credo.rollout.generate import GROW_TOKENS, cache_capacity, decode, grow_cache, shared_prompt_cache
+from credo.rollout.generate import (
+    GROW_TOKENS,
+    cache_capacity,
+    decode,
+    eval_mode,
+    grow_cache,
+    shared_prompt_cache,
+)
 from credo.rollout.padding import left_pad
 
 
@@ -73,7 +79,7 @@ class TurnSession:
         self.common_random_numbers, self.cuda_graphs = common_random_numbers, cuda_graphs
         self.chunks: list[_Chunk] = []
         per_chunk = max(1, batch_size // repeat)
-        with torch.no_grad(), _sampling_mode(model):
+        with torch.no_grad(), eval_mode(model):
             for start in range(0, len(contexts), per_chunk):
                 self.chunks.append(self._first_chunk(list(contexts[start: start + per_chunk]), start, repeat))
         self._where = self._locate()
@@ -108,7 +114,7 @@ class TurnSession:
         keys = None if crn is None or greedy else crn.keys(len(rows))
         key_of = {} if keys is None else dict(zip(rows, keys, strict=True))
         out = {}
-        with _sampling_mode(self.model):
+        with eval_mode(self.model):
             for chunk in self.chunks:
                 chunk.keep([i for i, row in enumerate(chunk.rows) if row in limit_of])
                 if not chunk.rows:
@@ -157,13 +163,3 @@ class TurnSession:
         self.model(input_ids=ids, attention_mask=attention, position_ids=positions,
                    **{cache_keyword(self.model): cache}, use_cache=True, logits_to_keep=1)
 
-
-@contextmanager
-def _sampling_mode(model):
-    """The model in eval mode (no dropout) while it samples, then back in the mode it was in."""
-    was_training = model.training
-    model.eval()
-    try:
-        yield
-    finally:
-        model.train(was_training)

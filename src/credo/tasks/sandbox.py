@@ -44,9 +44,9 @@ enforce the filter), the worker refuses to start (`SandboxUnavailable`, naming w
 labelled replies, a clean environment, a scratch directory on disk, the limits and the audit hook, which
 code that runs in it can get around) and a warning is logged once.
 
-The cost is a fork per answer (per request, for a `SHARED_CHILD` function): on a 2-core VM under load, about 8 ms for a small scorer and 25-30 ms for
-reasoning-gym's worker (~110 MB resident), against 0.1 ms for the persistent worker this replaced; a
-worker's start is unchanged but for bubblewrap's ~0.1 s.
+The cost is a fork per answer (per request, for a `SHARED_CHILD` function): on a 2-core VM under load, about
+8 ms for a small scorer and 25-30 ms for reasoning-gym's worker (~110 MB resident), against 0.1 ms for the
+persistent worker this replaced; a worker's start is unchanged but for bubblewrap's ~0.1 s.
 
 A call that overruns its bound, a child that dies, runs out of memory, attempts a refused operation or
 replies with more than `MAX_REPLY_BYTES` or garbage is a *failure*: the call's `Outcome.failed` is true, a
