@@ -157,7 +157,7 @@ def test_scope_and_front_page_blocks_replace_only_their_markers(study, tmp_path)
     text = f"# credo\n\nbefore\n{pages.BEGIN}\nold\n{pages.END}\nafter\n"
     out = pages.replaced(text, front, tmp_path / "README.md")
     assert out.startswith("# credo\n\nbefore\n") and out.endswith("\nafter\n") and "old" not in out
-    with pytest.raises(SystemExit, match="exactly one pair of ranking-study markers"):
+    with pytest.raises(SystemExit, match="exactly one pair of markers"):
         pages.replaced("no markers", front, tmp_path / "README.md")
     with pytest.raises(SystemExit, match="exactly one pair"):
         pages.replaced(text + pages.BEGIN, front, tmp_path / "README.md")

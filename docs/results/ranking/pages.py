@@ -31,6 +31,7 @@ import yaml
 
 from credo.io import write_text_atomic
 from credo.study.analysis import Contrast, DifficultyResult, MethodRow
+from credo.study.document import replace_marked
 from credo.study.results import results_from_json
 from credo.study.stats import Estimate, Share, mean_interval
 from credo.study.tables import bracketed, p_text, share_text, verb, verdict_cell
@@ -376,14 +377,8 @@ def front_paragraph(main: Study) -> str:
 
 
 def replaced(text: str, block: str, where: Path, heading: str | None = None) -> str:
-    """`text` with its marked block replaced by `block` (the markers included in both); a text without the markers
-    gets the block at its end under `heading` where one is given."""
-    if BEGIN not in text and END not in text and heading is not None:
-        return text.rstrip("\n") + f"\n\n{heading}\n\n{block}\n"
-    if text.count(BEGIN) != 1 or text.count(END) != 1:
-        raise SystemExit(f"{where}: needs exactly one pair of ranking-study markers ({BEGIN} ... {END})")
-    start, end = text.index(BEGIN), text.index(END) + len(END)
-    return text[:start] + block + text[end:]
+    """`text` with its ranking-study block replaced by `block` (`credo.study.document.replace_marked`)."""
+    return replace_marked(text, block, (BEGIN, END), str(where), heading)
 
 
 def pages(main: Study, survey: Study | None) -> dict[Path, str]:

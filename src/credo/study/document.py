@@ -74,6 +74,23 @@ def to_markdown(blocks: list[Block]) -> str:
     return "\n\n".join(out) + "\n"
 
 
+def replace_marked(text: str, block: str, markers: tuple[str, str], where: str, heading: str | None = None) -> str:
+    """`text` with the part between its one pair of `markers` (both included) replaced by `block`, which carries the
+    markers itself: how a results script rewrites its paragraph in a page people also edit. A text holding neither
+    marker gets the block at its end under `heading` where one is given; anything else is an error naming `where`.
+
+    >>> replace_marked("a\\n<b>\\nold\\n</b>\\nz\\n", "<b>\\nnew\\n</b>", ("<b>", "</b>"), "page.md")
+    'a\\n<b>\\nnew\\n</b>\\nz\\n'
+    """
+    begin, end = markers
+    if begin not in text and end not in text and heading is not None:
+        return text.rstrip("\n") + f"\n\n{heading}\n\n{block}\n"
+    if text.count(begin) != 1 or text.count(end) != 1:
+        raise SystemExit(f"{where}: needs exactly one pair of markers ({begin} ... {end})")
+    start, stop = text.index(begin), text.index(end) + len(end)
+    return text[:start] + block + text[stop:]
+
+
 def to_html(blocks: list[Block], title: str) -> str:
     body = []
     for block in blocks:
