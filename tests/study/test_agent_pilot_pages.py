@@ -120,3 +120,8 @@ def test_the_guide_block_replaces_only_its_markers_and_check_finds_a_stale_page(
     assert guide == f"# Agents\n\ntext\n\n## What the pilot found\n\n{block}\n"
     (here / "README.md").write_text(json.dumps("stale"))
     assert pages.main(["--check"]) == 1
+
+
+def test_the_committed_pages_are_the_scripts_output(pages):
+    """Until the pilot's report is committed the script leaves the pages alone and says so."""
+    assert pages.main(["--check"]) == 0
