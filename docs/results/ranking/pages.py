@@ -27,12 +27,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
-from credo.io import write_text_atomic
 from credo.study.analysis import Contrast, DifficultyResult, MethodRow
-from credo.study.document import replace_marked
-from credo.study.results import results_from_json
+from credo.study.document import replace_marked, write_pages
+from credo.study.results import written_areas
 from credo.study.stats import Estimate, Share, mean_interval
 from credo.study.tables import bracketed, p_text, share_text, verb, verdict_cell
 
@@ -109,15 +106,10 @@ class Study:
 
 def load(folder: Path) -> Study | None:
     """The study whose report `credo report` wrote into `folder` (None: not written yet)."""
-    if not (folder / "report.json").exists():
+    written = written_areas(folder, REGIME)
+    if written is None:
         return None
-    study = yaml.safe_load((folder / "study.yaml").read_text())
-    report = results_from_json(folder, study)[REGIME]
-    if report is None or report.values is None:
-        raise SystemExit(f"{folder}/report.json: no per-seed values of {REGIME} (report it from the run records)")
-    metric = report.result.metric
-    areas = {cell: {seed: v.area[metric] for seed, v in by_seed.items()}
-             for cell, by_seed in report.values.cells.items()}
+    study, report, areas = written
     return Study(report.result, areas, list(study["methods"]))
 
 
@@ -398,16 +390,8 @@ def main(argv: list[str]) -> int:
     if "--verdicts" in argv:  # for a closing note: every verdict, its interval, Holm, its step-size control
         print("\n".join([yardstick(study), *verdict_lines(study)]))
         return 0
-    stale = []
-    for path, text in pages(study, load(HERE / "survey")).items():
-        if "--check" in argv:
-            if not path.exists() or path.read_text() != text:
-                stale.append(path)
-        else:
-            write_text_atomic(path, text)
-    for path in stale:
-        print(f"{path.relative_to(ROOT)} is not what the reports give: run python docs/results/ranking/pages.py")
-    return 1 if stale else 0
+    return write_pages(pages(study, load(HERE / "survey")), check="--check" in argv, root=ROOT,
+                       script="docs/results/ranking/pages.py")
 
 
 if __name__ == "__main__":

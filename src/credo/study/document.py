@@ -5,8 +5,9 @@ from __future__ import annotations
 import html
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
-from credo.io import printable
+from credo.io import printable, write_text_atomic
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,18 @@ def replace_marked(text: str, block: str, markers: tuple[str, str], where: str, 
         raise SystemExit(f"{where}: needs exactly one pair of markers ({begin} ... {end})")
     start, stop = text.index(begin), text.index(end) + len(end)
     return text[:start] + block + text[stop:]
+
+
+def write_pages(pages: dict[Path, str], *, check: bool, root: Path, script: str) -> int:
+    """Write each page's text (atomically), or with `check` write nothing and name each page whose file is not that
+    text: a results script's two modes. Returns the exit status: 1 where `check` found a stale page, else 0."""
+    stale = [path for path, text in pages.items() if check and (not path.exists() or path.read_text() != text)]
+    if not check:
+        for path, text in pages.items():
+            write_text_atomic(path, text)
+    for path in stale:
+        print(f"{path.relative_to(root)} is not what the reports give: run python {script}")
+    return 1 if stale else 0
 
 
 def to_html(blocks: list[Block], title: str) -> str:

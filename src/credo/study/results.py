@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from credo.io import check_regular_file, iter_jsonl, path_inside
 from credo.study.analysis import DifficultyResult, analyse, recovered_result
 from credo.study.figures import mean_curves
@@ -117,6 +119,21 @@ def results_from_json(directory: Path, study: dict) -> dict[str, DifficultyRepor
                                            list(iter_jsonl(records)) if records.exists() else None,
                                            tuned(values, study))
     return out
+
+
+def written_areas(folder: Path, difficulty: str) -> tuple[dict, DifficultyReport, dict[str, dict[int, float]]] | None:
+    """A written report's study file, its `difficulty`'s report and each cell's per-seed headline area at equal
+    rollout tokens (`{cell: {seed: area}}`), as the results scripts read them; None where `folder` holds no
+    `report.json` yet, SystemExit where it holds no per-seed values of `difficulty`."""
+    if not (folder / "report.json").exists():
+        return None
+    study = yaml.safe_load((folder / "study.yaml").read_text())
+    report = results_from_json(folder, study)[difficulty]
+    if report is None or report.values is None:
+        raise SystemExit(f"{folder}/report.json: no per-seed values of {difficulty} (report it from the run records)")
+    metric = report.result.metric
+    areas = {cell: {seed: v.area[metric] for seed, v in by_seed.items()} for cell, by_seed in report.values.cells.items()}
+    return study, report, areas
 
 
 def report_json(results: dict[str, DifficultyReport | None]) -> str:

@@ -23,12 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
-from credo.io import write_text_atomic
 from credo.study.analysis import DifficultyResult, MethodRow
-from credo.study.document import Heading, Paragraph, Table, replace_marked, to_markdown
-from credo.study.results import results_from_json
+from credo.study.document import Heading, Paragraph, Table, replace_marked, to_markdown, write_pages
+from credo.study.results import written_areas
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[3]
@@ -95,17 +92,11 @@ class Pilot:
 
 def load(folder: Path) -> Pilot | None:
     """The pilot whose report `credo report` wrote into `folder` (None: not written yet)."""
-    if not (folder / "report.json").exists():
+    written = written_areas(folder, REGIME)
+    if written is None:
         return None
-    study = yaml.safe_load((folder / "study.yaml").read_text())
-    report = results_from_json(folder, study)[REGIME]
-    if report is None or report.values is None:
-        raise SystemExit(f"{folder}/report.json: no per-seed values of {REGIME} (report it from the run records)")
-    metric = report.result.metric
-    areas = {cell: {seed: v.area[metric] for seed, v in by_seed.items()}
-             for cell, by_seed in report.values.cells.items()}
-    rates = {cell: spec["set"]["optim"]["lr"] for cell, spec in study["methods"].items()}
-    return Pilot(report.result, areas, rates)
+    study, report, areas = written
+    return Pilot(report.result, areas, {cell: spec["set"]["optim"]["lr"] for cell, spec in study["methods"].items()})
 
 
 # ------------------------------------------------------------------------------------------ the plan's predictions
@@ -255,7 +246,8 @@ def results_page(pilot: Pilot) -> str:
                   f"rate nearest its update size ({', '.join(f'`{c}`' for c in CONTROLS)}; amendment 9)."),
         cells_table(pilot),
         Heading("The plan's predictions"),
-        Paragraph(f"Written before the runs, judged by the rules amendment 9 fixed before the pilot's runs: {counted}."),
+        Paragraph(f"Written before the runs, judged by the rules amendment 9 fixed before the pilot's runs: "
+                  f"{counted}."),
         predictions,
         Paragraph(END),
     ])
@@ -287,16 +279,8 @@ def main(argv: list[str]) -> int:
         print(f"{HERE / 'report'}: no report yet (credo report docs/results/agents/pilot/records/agent-pilot -o "
               "docs/results/agents/pilot/report); the pages are left as they are")
         return 0
-    stale = []
-    for path, text in pages(pilot).items():
-        if "--check" in argv:
-            if not path.exists() or path.read_text() != text:
-                stale.append(path)
-        else:
-            write_text_atomic(path, text)
-    for path in stale:
-        print(f"{path.relative_to(ROOT)} is not what the report gives: run python docs/results/agents/pilot/pages.py")
-    return 1 if stale else 0
+    return write_pages(pages(pilot), check="--check" in argv, root=ROOT,
+                       script="docs/results/agents/pilot/pages.py")
 
 
 if __name__ == "__main__":
