@@ -70,7 +70,8 @@ def test_the_page_leads_with_the_headroom_and_reads_shares_where_there_is_room(p
     first = page.split(pages.BEGIN)[1].strip().splitlines()[0]
     assert first.startswith("Per-turn blame (`oracle_steps@tuned`) gains +0.200 (per seed +0.200, +0.200, +0.200, "
                             "+0.200) over tuned GRPO")
-    assert "room enough to read each method's share of it." in first
+    assert "room enough to read each method's share of it. A pilot ([its plan](plan.md)): paired seeds 0, 1, 2, " \
+           "3 " in first
     table = rows_of(page, "| cell | learning rate")
     assert table["`gigpo@tuned`"][3].startswith("+0.100 (per seed") and table["`gigpo@tuned`"][4] == "0.50"
     assert table["`grpo@tuned`"][3:5] == ["–", "–"] and table["`oracle_steps@tuned`"][4] == "–"

@@ -56,6 +56,10 @@ class Pilot:
     def row(self, cell: str) -> MethodRow | None:
         return next((r for r in self.result.rows if r.method == cell), None)
 
+    def seeds(self) -> str:
+        """The baseline's seeds, as a page lists them: `0, 1, 2, 3`."""
+        return ", ".join(str(seed) for seed in sorted(self.areas.get(BASELINE, {})))
+
     def gains(self, cell: str, other: str = BASELINE) -> list[float]:
         """The cell's per-seed differences to `other` in the headline area (seeds both ran, in order)."""
         ours, base = self.areas.get(cell, {}), self.areas.get(other, {})
@@ -186,7 +190,7 @@ def first_sentence(pilot: Pilot) -> str:
     if pilot.room():
         return said + ": room enough to read each method's share of it."
     return said + (f": less than the {ROOM} (positive on every seed) the plan's amendment 9 asks before any share is "
-                   "read, so the shares below are described, not judged.")
+                   "read, so no share is judged: the shares are described only.")
 
 
 def step_size(r: MethodRow, pilot: Pilot) -> str:
@@ -234,8 +238,8 @@ def results_page(pilot: Pilot) -> str:
     return to_markdown([
         Heading("The agent pilot: what it found", 1),
         Paragraph(BEGIN),
-        Paragraph(f"{first_sentence(pilot)} A pilot ([its plan](plan.md)): {pilot.result.family.seeds} paired seeds "
-                  "(0-3, the test problems), every difference described by its mean and per-seed values, with no "
+        Paragraph(f"{first_sentence(pilot)} A pilot ([its plan](plan.md)): paired seeds {pilot.seeds()} on the test "
+                  "problems, every difference described by its mean and per-seed values, with no "
                   "test and no verdict. Each tuned cell runs at the rate the tuning rule chose "
                   "([tuning](tuning/report.md)); IGPO, Tree-GRPO and ARPO are untuned, at GRPO's rate (amendments 1 "
                   "and 3). The full report: [report](report/report.md)."),
@@ -261,7 +265,7 @@ def guide_block(pilot: Pilot) -> str:
     return "\n".join([
         BEGIN,
         f"{first_sentence(pilot)} Each method's mean difference to tuned GRPO in the same area: {listed} "
-        "(4 seeds, described, not tested; IGPO, Tree-GRPO and ARPO untuned). The pilot's page: "
+        f"(seeds {pilot.seeds()}, described, not tested; IGPO, Tree-GRPO and ARPO untuned). The pilot's page: "
         "[docs/results/agents/pilot/](../results/agents/pilot/README.md).",
         END])
 
