@@ -119,6 +119,20 @@ def test_a_report_folder_file_that_is_a_fifo_or_a_link_to_dev_zero_is_refused_at
         assert result.exit_code != 0 and "is a symbolic link or a special file" in result.output, result.output
 
 
+def test_a_results_script_refuses_a_study_file_linked_to_dev_zero(tmp_path):
+    """The results pages read a report folder through `written_areas`, with the report's own file checks."""
+    import shutil
+
+    from credo.study.results import written_areas
+
+    shared = tmp_path / "linked"
+    shutil.copytree(REPORT, shared)
+    (shared / "study.yaml").unlink()
+    (shared / "study.yaml").symlink_to("/dev/zero")
+    with pytest.raises(OSError, match="is a symbolic link or a special file"):
+        written_areas(shared, "default")
+
+
 def test_a_checkpoint_holding_a_fifo_is_unreadable_not_a_hang(tmp_path):
     import os
 

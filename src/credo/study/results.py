@@ -14,12 +14,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
+from credo.config import read_yaml_mapping
 from credo.io import check_regular_file, iter_jsonl, path_inside
 from credo.study.analysis import DifficultyResult, analyse, recovered_result
 from credo.study.figures import mean_curves
-from credo.study.grid import ReportConfig
+from credo.study.grid import STUDY_FILE, ReportConfig
 from credo.study.heatmap import collect_samples
 from credo.study.runs import NoFinishedRuns, load_runs, seeds_of
 from credo.study.seeds import RegimeValues, regime_values
@@ -127,12 +126,13 @@ def written_areas(folder: Path, difficulty: str) -> tuple[dict, DifficultyReport
     `report.json` yet, SystemExit where it holds no per-seed values of `difficulty`."""
     if not (folder / "report.json").exists():
         return None
-    study = yaml.safe_load((folder / "study.yaml").read_text())
+    study = read_yaml_mapping(check_regular_file(folder / STUDY_FILE), "a resolved study")
     report = results_from_json(folder, study)[difficulty]
     if report is None or report.values is None:
         raise SystemExit(f"{folder}/report.json: no per-seed values of {difficulty} (report it from the run records)")
     metric = report.result.metric
-    areas = {cell: {seed: v.area[metric] for seed, v in by_seed.items()} for cell, by_seed in report.values.cells.items()}
+    areas = {cell: {seed: v.area[metric] for seed, v in by_seed.items()}
+             for cell, by_seed in report.values.cells.items()}
     return study, report, areas
 
 
