@@ -23,12 +23,13 @@ no regime that reaches 0.15, ... say so in the first sentence of every finding" 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from credo.study.analysis import Contrast, DifficultyResult, MethodRow
 from credo.study.document import replace_marked, write_pages
+from credo.study.predictions import Prediction, judged
 from credo.study.results import written_areas
 from credo.study.stats import Estimate, Share, mean_interval
 from credo.study.tables import bracketed, p_text, share_text, verb, verdict_cell
@@ -115,17 +116,6 @@ def load(folder: Path) -> Study | None:
 
 # ------------------------------------------------------------------------------------------ the plan's predictions
 
-@dataclass(frozen=True)
-class Prediction:
-    """A prediction of the plan ("Predictions, per mechanism"), its words, and the rule that judges it."""
-
-    cell: str
-    said: str
-    rule: str
-    judge: Callable[[Study], tuple[str, str]]
-    """`(what was measured, "held" | "failed" | "not decided")`."""
-
-
 def share_within(cell: str, low: float | None, high: float | None) -> Callable[[Study], tuple[str, str]]:
     """Held when the share's Fieller interval lies inside [low, high], failed when it lies outside."""
     def judge(study: Study) -> tuple[str, str]:
@@ -179,7 +169,7 @@ def near_baseline(cell: str, bound: float) -> Callable[[Study], tuple[str, str]]
 
 MARGIN = 0.05
 """The plan's equivalence margin, also the slack of "at or below" and "if any" here."""
-MAIN_PREDICTIONS = [
+MAIN_PREDICTIONS: list[Prediction[Study]] = [
     Prediction("oracle_steps@tuned", "beats GRPO by about +0.45 in sampled area (the map: +0.457)",
                "+0.45 inside the gain's raw 95% interval", gain_near("oracle_steps@tuned", 0.45)),
     Prediction("oracle_blame@tuned", "recovers a part of the yardstick's gain",
@@ -203,13 +193,14 @@ MAIN_PREDICTIONS = [
 SURVEY_CELLS = ["grpo_lambda@tuned", "grpo_lambda_recent@tuned", "p_trace@tuned", "s_trace@tuned", "srpo_sampled@tuned",
                 "ktae@tuned", "otb@tuned", "gtpo@tuned", "dr_grpo@tuned", "dapo@tuned", "gspo@tuned",
                 "spo_chain_lean@tuned", "fr3e@tuned"]
-SURVEY_PREDICTIONS = [Prediction(cell, "within about +/-0.1 of GRPO in sampled area", "mean difference within +/-0.1",
-                                 near_baseline(cell, 0.1)) for cell in SURVEY_CELLS]
+SURVEY_PREDICTIONS: list[Prediction[Study]] = [
+    Prediction(cell, "within about +/-0.1 of GRPO in sampled area", "mean difference within +/-0.1",
+               near_baseline(cell, 0.1)) for cell in SURVEY_CELLS]
 
 
 # ------------------------------------------------------------------------------------------ the pages
 
-def table(header: list[str], rows: list[list[str]]) -> str:
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
 
@@ -286,22 +277,9 @@ def secondary_table(study: Study) -> str:
     return table(["cell", *(f"Δ {e} vs `{BASELINE}` (Holm)" for e in endpoints)], rows)
 
 
-def prediction_rows(predictions: list[Prediction], study: Study) -> tuple[list[list[str]], dict[str, int]]:
-    rows, counts = [], {"held": 0, "failed": 0, "not decided": 0}
-    for p in predictions:
-        measured, verdict = p.judge(study)
-        counts[verdict] += 1
-        rows.append([f"`{p.cell}`", p.said, p.rule, measured, f"**{verdict}**" if verdict == "failed" else verdict])
-    return rows, counts
-
-
-def counted(counts: dict[str, int]) -> str:
-    return f"{counts['held']} held, {counts['failed']} failed, {counts['not decided']} not decided"
-
-
 def results_page(main: Study, survey: Study | None) -> str:
     family = main.result.family
-    rows, counts = prediction_rows(MAIN_PREDICTIONS, main)
+    rows, counted = judged(MAIN_PREDICTIONS, main)
     parts = [
         "# The ranking study: what it found", "", BEGIN, "",
         f"{yardstick(main)} The study of [the plan](plan.md) ranks credo's methods in the regime the headroom map "
@@ -318,7 +296,7 @@ def results_page(main: Study, survey: Study | None) -> str:
         "", main_table(main), "", *like_for_like_lines(main), "",
         "## The plan's predictions", "",
         f"Written before the runs (plan.md, \"Predictions, per mechanism\"), each judged by the rule beside it: "
-        f"{counted(counts)}.", "",
+        f"{counted}.", "",
         table(["cell", "predicted", "judged by", "measured", "outcome"], rows), "",
         "## Every endpoint", "",
         "The secondary endpoints, in the primary's Holm family: greedy pass@1 area and the final avg@16 on the 200 "
@@ -326,10 +304,10 @@ def results_page(main: Study, survey: Study | None) -> str:
         secondary_table(main), "",
     ]
     if survey is not None:
-        srows, scounts = prediction_rows(SURVEY_PREDICTIONS, survey)
+        srows, scounted = judged(SURVEY_PREDICTIONS, survey)
         parts += ["## The survey", "",
                   f"Descriptive ({survey.result.family.seeds} paired seeds, no test): each cell's mean difference to "
-                  f"GRPO in sampled pass@1 area against the plan's prediction: {counted(scounts)}.", "",
+                  f"GRPO in sampled pass@1 area against the plan's prediction: {scounted}.", "",
                   table(["cell", "predicted", "judged by", "measured", "outcome"], srows), ""]
     return "\n".join(parts + [END, ""])
 

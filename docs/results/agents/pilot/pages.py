@@ -25,6 +25,7 @@ from pathlib import Path
 
 from credo.study.analysis import DifficultyResult, MethodRow
 from credo.study.document import Heading, Paragraph, Table, replace_marked, to_markdown, write_pages
+from credo.study.predictions import Prediction, judged
 from credo.study.results import written_areas
 
 HERE = Path(__file__).resolve().parent
@@ -105,17 +106,6 @@ def load(folder: Path) -> Pilot | None:
 
 # ------------------------------------------------------------------------------------------ the plan's predictions
 
-@dataclass(frozen=True)
-class Prediction:
-    """A prediction of the plan (its "Predictions" and amendments 1 and 3), its words, and amendment 9's rule."""
-
-    cell: str
-    said: str
-    rule: str
-    judge: Callable[[Pilot], tuple[str, str]]
-    """`(what was measured, "held" | "failed" | "not decided")`."""
-
-
 def mean_of(values: list[float]) -> str:
     return f"{sum(values) / len(values):+.3f} (per seed {', '.join(f'{v:+.3f}' for v in values)})"
 
@@ -160,7 +150,7 @@ def below(other: str) -> Callable[[float, Pilot], bool | None]:
     return test
 
 
-PREDICTIONS = [
+PREDICTIONS: list[Prediction[Pilot]] = [
     Prediction(YARDSTICK, "beats tuned GRPO by about +0.1 to +0.25", "mean gain in [0.10, 0.25]", headroom),
     Prediction("gigpo@tuned", "the largest share among the methods, about half", "share in [0.25, 0.75]",
                share_judge("gigpo@tuned", within(0.25, 0.75))),
@@ -224,13 +214,8 @@ def cells_table(pilot: Pilot) -> Table:
 
 
 def predictions_table(pilot: Pilot) -> tuple[Table, str]:
-    rows, counts = [], {}
-    for p in PREDICTIONS:
-        measured, outcome = p.judge(pilot)
-        counts[outcome] = counts.get(outcome, 0) + 1
-        rows.append((f"`{p.cell}`", p.said, p.rule, measured, outcome))
-    return (Table(("cell", "predicted", "judged by (amendment 9)", "measured", "outcome"), tuple(rows)),
-            ", ".join(f"{n} {outcome}" for outcome, n in counts.items()))
+    rows, counted = judged(PREDICTIONS, pilot)
+    return Table(("cell", "predicted", "judged by (amendment 9)", "measured", "outcome"), tuple(rows)), counted
 
 
 def results_page(pilot: Pilot) -> str:
