@@ -25,7 +25,9 @@ and beats its control (grpo@lr=5e-05, +0.05) by 0.10; srpo beats GRPO and its co
 fails); rrpo is GRPO; spo_tree falls behind; vine_lean gains 0.01, less than its control's 0.025."""
 
 
-def write_study(root, areas=AREAS, noise=0.002):
+def write_study(root, areas=AREAS, noise=0.002, devices=None):
+    """The study's run folders and their report; `devices`: `(device of seeds 28-29, their shift of each cell's
+    height)`, the other seeds recording "cpu (1 thread)" (None: no run records its device)."""
     study = yaml.safe_load((REPO / "configs/studies/ranking_main.yaml").read_text())
     study["report"]["secondary"] = ["greedy_pass@1", "final:avg@16", "final:avg@16@t0.6"]
     study["difficulties"] = {"k100-n8-p06": {}}
@@ -38,10 +40,14 @@ def write_study(root, areas=AREAS, noise=0.002):
     for cell, height in areas.items():
         for seed in SEEDS:
             shift = rng.gauss(0, noise) + 0.01 * (seed - 20)  # a seed effect all cells share, and noise
+            on_gpu = devices is not None and seed >= 28
+            shift += devices[1].get(cell, 0.0) if on_gpu else 0.0
             run = root / "k100-n8-p06" / cell / f"seed{seed}"
             make_run(run, cell.split("@")[0], seed, [height + shift] * 3, update_norm=0.01)
             summary = json.loads((run / "summary.json").read_text())
             summary["eval_end"].update({"avg@16": (height + shift) / 2, "avg@16@t0.6": (height + shift) / 2})
+            if devices is not None:
+                summary["device"] = devices[0] if on_gpu else "cpu (1 thread)"
             (run / "summary.json").write_text(json.dumps(summary))
     report = root / "report"  # report.json alone (`credo report` without its figures and pages)
     report.mkdir()
@@ -196,7 +202,7 @@ def test_the_rules_on_paired_differences(study):
     seeds = range(4)
     def made(differences):
         areas = {"grpo@tuned": {s: 0.3 for s in seeds}, "a": {s: 0.3 + d for s, d in zip(seeds, differences)}}
-        return pages.Study(None, areas, list(areas))
+        return pages.Study(None, areas, list(areas), {})
     tight_high, tight_low = made([0.10, 0.11, 0.10, 0.11]), made([-0.10, -0.11, -0.10, -0.11])
     straddles = made([0.01, 0.09, 0.03, 0.07])  # mean +0.05, interval about +0.01 to +0.09
     assert pages.not_beyond("a", "grpo@tuned", 0.05, +1)(tight_high)[1] == "failed"
@@ -207,3 +213,22 @@ def test_the_rules_on_paired_differences(study):
     assert pages.not_beyond("a", "grpo@tuned", 0.05, -1)(made([-0.01, -0.09, -0.03, -0.07]))[1] == "not decided"
     assert pages.near_baseline("a", 0.1)(tight_low) == ("-0.105 (mean of 4 seeds)", "failed")
     assert pages.near_baseline("a", 0.1)(straddles)[1] == "held"
+
+
+def test_seeds_split_between_devices_get_their_contrasts_on_one_device(study, tmp_path):
+    """Seeds 28-29 on a GPU where `srpo@tuned` runs 0.2 higher (0.1 in sampled area): every seed's contrast carries
+    the shift (+0.02 on ten seeds), the CPU seeds' alone do not; a study on one device has no such section."""
+    pages = study[0]
+    split = pages.load(write_study(tmp_path / "main", devices=("cuda: NVIDIA H200", {"srpo@tuned": 0.2})))
+    assert split.seeds_by_device() == {"cpu (1 thread)": list(range(20, 28)), "cuda: NVIDIA H200": [28, 29]}
+    text = "\n".join(pages.device_lines(split))
+    assert "seeds 20, 21, 22, 23, 24, 25, 26, 27 on cpu (1 thread); seeds 28, 29 on cuda: NVIDIA H200" in text
+    rows = rows_of(text, "| cell |")
+    every, cpu = (float(rows["`srpo@tuned`"][i].split()[0]) for i in (1, 2))
+    assert every == pytest.approx(0.20 + 0.02, abs=0.005) and cpu == pytest.approx(0.20, abs=0.005)
+    vs_control_every, vs_control_cpu = (float(rows["`srpo@tuned`"][i].split()[0]) for i in (3, 4))
+    assert vs_control_every - vs_control_cpu == pytest.approx(0.02, abs=0.005)
+    assert rows["`srpo@tuned`"][5] == "`grpo@lr=5e-05`" and rows["`rrpo@tuned`"][5] == "(the baseline)"
+    assert rows["`oracle_steps@tuned`"][1].split()[0] == rows["`oracle_steps@tuned`"][2].split()[0]
+    assert pages.device_lines(study[1]) == []
+    assert "## Where the runs trained" in pages.results_page(split, None)

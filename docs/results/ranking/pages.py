@@ -23,7 +23,7 @@ no regime that reaches 0.15, ... say so in the first sentence of every finding" 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,6 +86,8 @@ class Study:
     """`{cell: {seed: sampled pass@1 area at equal rollout tokens}}`."""
     order: list[str]
     """The cells in the study file's order."""
+    devices: dict[str, dict[int, str | None]]
+    """`{cell: {seed: where the run trained}}` (`summary.json`'s `device`; None where the run did not record it)."""
 
     def rows(self) -> list[MethodRow]:
         """Every cell's row but the baseline's, in the study file's order."""
@@ -98,11 +100,25 @@ class Study:
     def row(self, cell: str) -> MethodRow | None:
         return next((r for r in self.result.rows if r.method == cell), None)
 
-    def difference(self, cell: str, other: str) -> Estimate | None:
-        """`cell - other` in the headline area, paired by seed, with its raw 95% interval (outside the family)."""
+    def difference(self, cell: str, other: str, seeds: Collection[int] | None = None) -> Estimate | None:
+        """`cell - other` in the headline area, paired by seed (only `seeds`, where given), with its raw 95% interval
+        (outside the family)."""
         ours, theirs = self.areas.get(cell, {}), self.areas.get(other, {})
-        paired = [ours[s] - theirs[s] for s in sorted(ours) if s in theirs]
+        paired = [ours[s] - theirs[s] for s in sorted(ours) if s in theirs and (seeds is None or s in seeds)]
         return mean_interval(paired) if paired else None
+
+    def seeds_by_device(self) -> dict[str, list[int]]:
+        """Each device's seeds, those whose every run recorded that device (a seed's cells run together: plan.md,
+        amendment 4), the device with the most seeds first; seeds split between devices or unrecorded are in none."""
+        where: dict[int, set[str | None]] = {}
+        for by_seed in self.devices.values():
+            for seed, device in by_seed.items():
+                where.setdefault(seed, set()).add(device)
+        out: dict[str, list[int]] = {}
+        for seed, devices in sorted(where.items()):
+            if len(devices) == 1 and None not in devices:
+                out.setdefault(next(iter(devices)), []).append(seed)
+        return dict(sorted(out.items(), key=lambda item: -len(item[1])))
 
 
 def load(folder: Path) -> Study | None:
@@ -111,7 +127,8 @@ def load(folder: Path) -> Study | None:
     if written is None:
         return None
     study, report, areas = written
-    return Study(report.result, areas, list(study["methods"]))
+    devices = {cell: {seed: v.device for seed, v in by_seed.items()} for cell, by_seed in report.values.cells.items()}
+    return Study(report.result, areas, list(study["methods"]), devices)
 
 
 # ------------------------------------------------------------------------------------------ the plan's predictions
@@ -270,6 +287,31 @@ def like_for_like_lines(study: Study) -> list[str]:
             for r in study.rows() if r.like_for_like]
 
 
+def device_lines(study: Study) -> list[str]:
+    """Where the runs trained, and, where seeds trained on more than one device, each method's primary contrasts on
+    every seed beside the same on the seeds of the device that ran most of them (raw 95%, outside the family)."""
+    groups = study.seeds_by_device()
+    if len(groups) < 2:
+        return []
+    home, kept = next(iter(groups.items()))
+    where = "; ".join(f"seeds {', '.join(map(str, seeds))} on {device}" for device, seeds in groups.items())
+    rows = []
+    for r in methods(study):
+        control = r.step_size_control or BASELINE
+        pairs = [(BASELINE, None), (BASELINE, kept)] + ([(control, None), (control, kept)] if r.step_size_control
+                                                        else [])
+        cells = [bracketed(e) if (e := study.difference(r.method, other, seeds)) else "–" for other, seeds in pairs]
+        rows.append([f"`{r.method}`", *cells, *(["–", "–"] if not r.step_size_control else []),
+                     f"`{control}`" if r.step_size_control else "(the baseline)"])
+    return ["## Where the runs trained", "",
+            f"Every seed's cells trained together on one device ({where}; plan.md, amendment 4), so every paired "
+            f"difference compares runs of one device. The primary contrasts on every seed and on the "
+            f"{len(kept)} seeds of {home} alone (raw 95% intervals, outside the Holm family): a verdict that rests on "
+            "the other device's seeds shows here as a difference that moves.", "",
+            table(["cell", f"Δ vs `{BASELINE}`, every seed", f"Δ vs `{BASELINE}`, {home} seeds",
+                   "Δ vs control, every seed", f"Δ vs control, {home} seeds", "control"], rows), ""]
+
+
 def secondary_table(study: Study) -> str:
     endpoints = list(next((r.secondary_vs_baseline for r in study.rows() if r.secondary_vs_baseline), {}))
     rows = [[f"`{r.method}`", *(" ".join(contrast_cells(r.secondary_vs_baseline.get(e))) for e in endpoints)]
@@ -293,7 +335,7 @@ def results_page(main: Study, survey: Study | None) -> str:
         f"{'–' if family.mde is None else f'{family.mde:.3f}'}); \"equivalent\" is TOST at the plan's margin, "
         "\"not distinguishable\" neither beats, falls behind nor is equivalent. The share is the gain over GRPO as a "
         "fraction of the yardstick's, with Fieller's 95% interval; the update size is the mean `optim/update_norm`.",
-        "", main_table(main), "", *like_for_like_lines(main), "",
+        "", main_table(main), "", *like_for_like_lines(main), "", *device_lines(main),
         "## The plan's predictions", "",
         f"Written before the runs (plan.md, \"Predictions, per mechanism\"), each judged by the rule beside it: "
         f"{counted}.", "",
