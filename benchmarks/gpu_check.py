@@ -23,6 +23,11 @@ docs/results/gpu.md) with the device, the versions, every number and the command
 3. **bf16 vs fp32**: one GRPO update (behaviour pass and loss gradient) of SmolLM2-135M on one rollout batch,
    once in fp32 and once under bf16 autocast: the loss, the gradient norm and the cosine between the two
    gradients, against stated tolerances (`PRECISION_TOLERANCE`).
+4. **Where the time goes** (`time`): decoding and the update with each speed switch (TF32, CUDA graphs, a bf16
+   copy of the weights), and greedy tokens with and without CUDA graphs.
+5. **What the per-token statistics cost** (`statistics`): the chunked LM head's `token_logprobs` over one rollout
+   batch's response tokens at SmolLM2's hidden size and vocabulary, without statistics, with the entropy and with
+   both `credo.logprobs.STATISTICS`, in the behaviour pass and in the update: time against none and peak memory.
 
 The task is gpu.yaml's own problems (reasoning-gym chain_sum, 2-4 terms of 1-2 digits), written by `--pack`
 as a JSONL file with their answers and graded by the last number of a response (task.yaml's
@@ -42,7 +47,8 @@ its rewards at random (seeded), so that the loss has a gradient.
     python benchmarks/gpu_check.py --quick                        # CPU smoke test in about a minute (the suite)
 
 Last lines: `RESULT credo_over_trl_step_time=...`, `RESULT credo_mfu_update=...`, `RESULT long_step_s=...`,
-`RESULT parallel_long_throughput_ratio=...`, `RESULT bf16_grad_cosine=...`.
+`RESULT parallel_long_throughput_ratio=...`, `RESULT bf16_grad_cosine=...`,
+`RESULT statistics_entropy_cost_update=...` (the update's time with the entropy over its time without).
 """
 
 from __future__ import annotations
@@ -97,7 +103,7 @@ SHAPE = {"steps": 4, "prompts": 64, "group": 8, "max_new_tokens": 256, "micro_ba
 QUICK = {"steps": 2, "prompts": 2, "group": 2, "max_new_tokens": 8, "micro_batch_size": 2, "lr": 1e-4,
          "long_steps": 1, "parallel": 2}
 """`--quick`: the tiny untrained testbed model of benchmarks/_quick.py on CPU, one warm-up and one timed step."""
-SECTIONS = ("trl", "long", "parallel", "precision", "time")
+SECTIONS = ("trl", "long", "parallel", "precision", "time", "statistics")
 """The report's sections, in order (`--only` picks some)."""
 
 
@@ -337,8 +343,8 @@ def check_precision(model: str, problems: Path | None, device: torch.device, sha
                     report: Report) -> None:
     from credo.checkpoint import RunDirectory
     from credo.rollout.groups import ProblemStream
-    from credo.train import accumulate_gradient, behaviour_batch, sample_rollout
     from credo.run_setup import build_trainer
+    from credo.train import accumulate_gradient, behaviour_batch, sample_rollout
 
     task = jsonl_task(problems) if problems is not None else None
     config = job_config(GPU_CONFIG, smollm2_overrides(model, device.type, shape), task)
@@ -387,6 +393,63 @@ def check_precision(model: str, problems: Path | None, device: torch.device, sha
     report.result("bf16_grad_norm_rel_diff", norm_gap)
 
 
+STATISTICS_REPEATS = 5
+"""Timed repeats of each variant of the statistics check (after one warm-up); the median is reported."""
+
+
+def check_statistics(model: str, device: torch.device, shape: dict[str, Any], report: Report) -> None:
+    """What the per-token statistics cost (`credo.logprobs.STATISTICS`: the entropy, which every update computes
+    on-policy and the behaviour pass off-policy, and the sum of squared probabilities some methods read): the LM
+    head's chunked `token_logprobs` over one rollout batch's response tokens (prompts x group x max_new_tokens) at the
+    model's hidden size and vocabulary, in chunks of `train.logprob_chunk`, without and with them, in the behaviour
+    pass (no gradient) and in the update (forward and backward, the head trained): median seconds and peak memory."""
+    from transformers import AutoConfig
+
+    from credo.config import ModelConfig, TrainConfig
+    from credo.logprobs import STATISTICS, token_logprobs
+    from credo.models import resolve_model_path
+
+    model_config = AutoConfig.from_pretrained(resolve_model_path(ModelConfig(path=model)))
+    tokens = shape["prompts"] * shape["group"] * shape["max_new_tokens"]
+    chunk = TrainConfig.model_fields["logprob_chunk"].default
+    generator = torch.Generator(device="cpu").manual_seed(0)
+    hidden = torch.randn(tokens, model_config.hidden_size, generator=generator).to(device)
+    weight = (torch.randn(model_config.vocab_size, model_config.hidden_size, generator=generator) * 0.02).to(device)
+    targets = torch.randint(model_config.vocab_size, (tokens,), generator=generator).to(device)
+    variants = {"none": (), "entropy": ("entropy",), "entropy and sum of squares": STATISTICS}
+
+    def measured(names: tuple[str, ...], backward: bool) -> tuple[float, float | None]:
+        def once() -> None:
+            h, w = (t.detach().requires_grad_(backward) for t in (hidden, weight))
+            with torch.set_grad_enabled(backward):
+                logp, _ = token_logprobs(h, w, targets, chunk_tokens=chunk, statistics=names)
+                if backward:
+                    logp.sum().backward()
+
+        once()  # warm-up
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        times = [seconds(once) for _ in range(STATISTICS_REPEATS)]
+        peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+        return statistics.median(times), peak
+
+    rows, ratios = [], {}
+    for backward, part in ((False, "behaviour pass (no gradient)"), (True, "update (forward and backward)")):
+        base = None
+        for label, names in variants.items():
+            took, peak = measured(names, backward)
+            base = took if base is None else base
+            ratios[(backward, label)] = took / base
+            rows.append([part, label, f"{took * 1000:.1f}", f"{took / base:.2f}",
+                         "-" if peak is None else f"{peak:.2f}"])
+    report.table(["pass", "statistics", "ms", "against none", "peak memory allocated (GiB)"], rows)
+    report.line(f"{tokens:,} response tokens, hidden size {model_config.hidden_size}, vocabulary "
+                f"{model_config.vocab_size:,}, chunks of {chunk} tokens, float32 (as `token_logprobs` computes), "
+                f"medians of {STATISTICS_REPEATS} after a warm-up.")
+    report.result("statistics_entropy_cost_update", ratios[(True, "entropy")])
+    report.result("statistics_entropy_cost_behaviour", ratios[(False, "entropy")])
+
+
 @contextlib.contextmanager
 def tf32_products(enabled: bool) -> Iterator[None]:
     """float32 matrix products on TF32 tensor cores, or not, for the block (`model.tf32`)."""
@@ -416,8 +479,8 @@ def check_where_time_goes(model: str, problems: Path | None, device: torch.devic
     from credo.checkpoint import RunDirectory
     from credo.rollout.generate import encode_prompts, generate
     from credo.rollout.groups import ProblemStream
-    from credo.train import accumulate_gradient, behaviour_batch, sample_rollout
     from credo.run_setup import build_trainer
+    from credo.train import accumulate_gradient, behaviour_batch, sample_rollout
 
     task = jsonl_task(problems) if problems is not None else None
     config = job_config(GPU_CONFIG, smollm2_overrides(model, device.type, shape), task)
@@ -623,6 +686,8 @@ def main(argv: list[str] | None = None) -> None:
                           lambda: check_precision(model, problems, device, shape, report)),
             "time": ("Where credo's time goes on the SmolLM2 job",
                      lambda: check_where_time_goes(model, problems, device, shape, report)),
+            "statistics": ("What the per-token statistics cost",
+                           lambda: check_statistics(model, device, shape, report)),
         }
         for name in sections:
             report.section(*runs[name])
