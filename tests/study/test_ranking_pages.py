@@ -177,7 +177,7 @@ def test_scope_and_front_page_blocks_replace_only_their_markers(study, tmp_path)
 
 
 def test_the_committed_pages_are_the_scripts_output():
-    """Until the main family's report is committed the script leaves the pages alone and says so."""
+    """The results page, the scope block and the front-page paragraph are what the committed report gives."""
     pages = load_script("docs/results/ranking/pages.py")
     assert pages.main(["--check"]) == 0
 
@@ -232,3 +232,18 @@ def test_seeds_split_between_devices_get_their_contrasts_on_one_device(study, tm
     assert rows["`oracle_steps@tuned`"][1].split()[0] == rows["`oracle_steps@tuned`"][2].split()[0]
     assert pages.device_lines(study[1]) == []
     assert "## Where the runs trained" in pages.results_page(split, None)
+
+
+def test_failed_predictions_are_said_first_with_their_reading_at_equal_updates(study, tmp_path):
+    """The fixture's srpo beats srpo_oracle by +0.18 (its prediction: at or below) and oracle_steps gains +0.50 (the
+    prediction: about +0.45, outside its interval): both failures are said right after the yardstick, each failed
+    cell with its gain at equal tokens and at equal optimiser updates; where none fails, the page says so."""
+    pages, main = study
+    said = pages.failed_sentences(main)
+    assert said.startswith("2 of the plan's 9 predictions failed: `oracle_steps@tuned`, beats GRPO by about +0.45")
+    assert "`srpo@tuned`, at or below `srpo_oracle`'s (measured +0.181 [" in said
+    assert "at equal optimiser updates (the first 20, the shortest run's): `oracle_steps@tuned` +0.500 [" in said
+    page = pages.results_page(main, None)
+    assert page.index(pages.yardstick(main)) + len(pages.yardstick(main)) + 1 == page.index(said)
+    held = pages.load(write_study(tmp_path / "main", areas={**AREAS, "srpo@tuned": 0.40, "oracle_steps@tuned": 1.30}))
+    assert pages.failed_sentences(held) == "No prediction of the plan failed."

@@ -868,3 +868,36 @@ def test_a_survey_under_four_seeds_is_descriptive_with_its_per_seed_values(tmp_p
     assert saved["family"]["contrasts"] == 0 and saved["family"]["mde"] is None
     assert "| +0.310 (per seed +0.300, +0.310, +0.320) | descriptive (3 seeds, no test) |" in text
     assert "fewer than 4 paired seeds: a survey" in text and "beats" not in text.split("### How to read")[0]
+
+
+def test_a_like_for_like_pair_joins_the_family_on_every_endpoint_where_the_plan_says_so(tmp_path):
+    """`marginal` paired with `null` as its like-for-like and sampled pass@1 (half the greedy heights) as a secondary
+    endpoint. By default the pair is tested on the primary endpoint alone (7 contrasts); with
+    `like_for_like_endpoints: all` its contrast on the secondary endpoint joins the family too (6 contrasts against
+    grpo and 2 against the like-for-like: 8), with the paired differences of the two cells; a report read back from
+    its report.json keeps them in the family."""
+    from credo.study.analysis import recovered_result
+    from credo.study.grid import ReportConfig
+
+    primary_only = noisy_study(tmp_path / "primary", metric="greedy_pass@1", secondary=["pass@1"],
+                               like_for_like={"marginal": "null"})
+    write_report(primary_only)  # a study planned before the setting: the pair on the primary endpoint alone
+    assert json.loads((primary_only / "report.json").read_text())["default"]["family"]["contrasts"] == 7
+    root = noisy_study(tmp_path / "study", metric="greedy_pass@1", secondary=["pass@1"],
+                       like_for_like={"marginal": "null"}, like_for_like_endpoints="all")
+    text = write_report(root).read_text()
+    saved = json.loads((root / "report.json").read_text())["default"]
+    rows = {r["method"]: r for r in saved["methods"]}
+    assert saved["family"]["contrasts"] == 8
+    primary = rows["marginal"]["auc_vs_like_for_like"]
+    secondary = rows["marginal"]["secondary_vs_like_for_like"]["pass@1"]
+    assert primary["mean"] == pytest.approx((0.25 + 0.2 + 0.2) / 3)  # (0.45, 0.5, 0.6) - (0.2, 0.3, 0.4)
+    assert secondary["mean"] == pytest.approx(primary["mean"] / 2) and secondary["p"] == pytest.approx(primary["p"])
+    assert secondary["p_holm"] >= secondary["p"] and secondary["verdict"] in ("beats", "not distinguishable")
+    assert "secondary_vs_like_for_like" not in rows["strong"]
+    assert "on the pass@1 area it " in text and "`null` (" in text
+    recovered = recovered_result(saved, ReportConfig(**yaml.safe_load((root / "study.yaml").read_text())["report"]),
+                                 "default")
+    assert recovered.family.size == 8
+    assert next(r for r in recovered.rows if r.method == "marginal").secondary_vs_like["pass@1"].p_holm == \
+        pytest.approx(secondary["p_holm"], rel=1e-3)  # p recovered from the written (rounded) interval

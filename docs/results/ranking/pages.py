@@ -241,6 +241,28 @@ def yardstick(study: Study) -> str:
                    "less headroom than planned.")
 
 
+def failed_sentences(study: Study) -> str:
+    """The plan's failed predictions, said next to the yardstick (plan.md: "Where a prediction fails, the findings say
+    so in their first sentences, and why where the data can tell"): each with what was measured, and each failed
+    cell's area at equal optimiser updates beside its area at equal rollout tokens, which tells a method that pays
+    for its signal in tokens from one whose updates do no better."""
+    failed = [(p, measured) for p in MAIN_PREDICTIONS for measured, outcome in [p.judge(study)] if outcome == "failed"]
+    if not failed:
+        return "No prediction of the plan failed."
+    said = "; ".join(f"`{p.cell}`, {p.said} (measured {measured})" for p, measured in failed)
+    text = f"{len(failed)} of the plan's {len(MAIN_PREDICTIONS)} predictions failed: {said}."
+    readings = []
+    for cell in dict.fromkeys(p.cell for p, _ in failed):
+        row = study.row(cell)
+        updates = row.areas_vs_baseline.get(study.result.metric, {}).get("updates") if row else None
+        if updates is not None and row.auc_vs_baseline is not None:
+            readings.append(f"`{cell}` {bracketed(row.auc_vs_baseline.estimate)} and {bracketed(updates)}")
+    if readings and study.result.update_budget is not None:
+        text += (" Against tuned GRPO at equal rollout tokens and at equal optimiser updates (the first "
+                 f"{study.result.update_budget:.0f}, the shortest run's): {'; '.join(readings)}.")
+    return text
+
+
 def methods(study: Study) -> list[MethodRow]:
     """The credit methods: every cell but the baseline, the step-size controls and the like-for-like baselines."""
     return [r for r in study.rows() if r.method not in study.controls()]
@@ -283,7 +305,9 @@ def verdict_lines(study: Study) -> list[str]:
 
 
 def like_for_like_lines(study: Study) -> list[str]:
-    return [f"`{r.method}` against its like-for-like `{r.like_for_like}`: {' '.join(contrast_cells(r.auc_vs_like))}."
+    """Each like-for-like contrast, on the primary endpoint and then on each secondary one (all in the family)."""
+    return [f"`{r.method}` against its like-for-like `{r.like_for_like}`: {' '.join(contrast_cells(r.auc_vs_like))}"
+            + "".join(f"; {e}: {' '.join(contrast_cells(c))}" for e, c in r.secondary_vs_like.items()) + "."
             for r in study.rows() if r.like_for_like]
 
 
@@ -324,7 +348,7 @@ def results_page(main: Study, survey: Study | None) -> str:
     rows, counted = judged(MAIN_PREDICTIONS, main)
     parts = [
         "# The ranking study: what it found", "", BEGIN, "",
-        f"{yardstick(main)} The study of [the plan](plan.md) ranks credo's methods in the regime the headroom map "
+        f"{yardstick(main)} {failed_sentences(main)} The study of [the plan](plan.md) ranks credo's methods in the regime the headroom map "
         f"chose (`{REGIME}`), each at the learning rate one tuning rule chose for it ([tuning](tuning/report.md)), "
         "against GRPO at its own tuned rate and against GRPO taking steps of the method's size. Reports: "
         "[the main family](main/report.md)" + (", [the survey](survey/report.md)" if survey else "") + ".",
@@ -383,8 +407,9 @@ def front_paragraph(main: Study) -> str:
     return "\n".join([
         BEGIN,
         "The ranking study ([findings](docs/results/ranking/README.md)) asks how much of perfect blame each credit "
-        f"method recovers, and whether it is credit or step size. {yardstick(main)} {found} Every study, the "
-        "long-horizon one and the headroom map included: [docs/results/](docs/results/README.md).",
+        f"method recovers, and whether it is credit or step size. {yardstick(main)} {found} Every study, "
+        "[the headroom map](docs/results/headroom/README.md) and [the long-horizon study]"
+        "(docs/results/long-study/README.md) among them: [docs/results/](docs/results/README.md).",
         END])
 
 

@@ -10,8 +10,8 @@ precision, instability and cost.
 Verdicts. The family of a regime is every contrast that gets a verdict: each method's paired difference of the
 headline area (the primary endpoint) to the baseline's, to its like-for-like baseline's where the study names one
 (`ReportConfig.like_for_like`) and to its step-size control's where it names one (`ReportConfig.step_size_controls`),
-and of each secondary endpoint (an area, or a final value) to the baseline's
-(`ReportConfig.secondary`):
+and of each secondary endpoint (an area, or a final value) to the baseline's (`ReportConfig.secondary`) and, where
+the study's plan registered it so (`ReportConfig.like_for_like_endpoints`), to the like-for-like baseline's:
 one family over every metric that yields a verdict, so adding a metric makes every verdict harder, never easier.
 Each has the two-sided p of the paired t-test over seeds (`stats.paired_p`); Holm's (1979) step-down adjustment over the family's m p-values (`stats.holm`) decides the
 verdict at family-wise level `ALPHA`: "beats" / "falls behind" where the adjusted p is below it (by the sign of
@@ -198,6 +198,9 @@ class MethodRow:
     """Per secondary endpoint (`ReportConfig.secondary`), the paired difference of its area at equal rollout tokens
     (or, for `final:<metric>`, of its final value) to the baseline's: contrasts of the same Holm family as
     `auc_vs_baseline`."""
+    secondary_vs_like: dict[str, Contrast] = field(default_factory=dict)
+    """The same per secondary endpoint to the like-for-like baseline's, where the method has one and the study tests
+    like-for-like pairs on every endpoint (`ReportConfig.like_for_like_endpoints`): in the family too."""
 
     def as_json(self) -> dict:
         def est(e: Estimate | None):
@@ -219,6 +222,8 @@ class MethodRow:
             "blame_precision": est(self.blame_precision), "rollout_tokens": est(self.rollout_tokens),
             "wall_s": est(self.wall_s), "update_norm": est(self.update_norm),
             "secondary_vs_baseline": {m: c.as_json() for m, c in self.secondary_vs_baseline.items()},
+            **({"secondary_vs_like_for_like": {m: c.as_json() for m, c in self.secondary_vs_like.items()}}
+               if self.secondary_vs_like else {}),
         }
 
     @classmethod
@@ -250,8 +255,10 @@ class MethodRow:
             reached=data["reached_baseline_final"], blame_precision=est(data["blame_precision"]),
             rollout_tokens=est(data["rollout_tokens"]), wall_s=est(data["wall_s"]),
             update_norm=est(data.get("update_norm")),
-            secondary_vs_baseline={m: written_contrast(Estimate(c["mean"], c["low"], c["high"], c["n"]))
+            secondary_vs_baseline={m: written_contrast(est(c))
                                    for m, c in data.get("secondary_vs_baseline", {}).items()},
+            secondary_vs_like={m: written_contrast(est(c))
+                               for m, c in data.get("secondary_vs_like_for_like", {}).items()},
         )
 
 
@@ -261,7 +268,8 @@ class Family:
 
     size: int
     """m: the contrasts with a test (each method against the baseline on the primary and every secondary endpoint,
-    and against its like-for-like baseline and its step-size control), exploratory cells' left out."""
+    and against its like-for-like baseline, on every endpoint where the study says so, and its step-size control),
+    exploratory cells' left out."""
     seeds: int
     """The paired seeds of most of its contrasts (`family_seeds`)."""
     sd: float | None
@@ -325,6 +333,8 @@ def analyse(values: RegimeValues, report: ReportConfig, difficulty: str) -> Diff
                 share = share_of_gain(*([cell[s].area[values.metric] for s in seeds] for cell in (ours, base, oracle)))
         vs = {m: differences(ours, base, m) for m in keys} if compared else {}
         like = report.like_for_like.get(method)
+        vs_like = {m: differences(ours, cells[like], m) for m in {endpoint(e)[0] for e in report.secondary}} \
+            if like in cells and report.like_for_like_endpoints == "all" else {}
         control = report.step_size_controls.get(method)
         crossings = [v.tokens_to_target for v in ours.values() if v.tokens_to_target is not None]
         precisions = [v.blame_precision for v in ours.values() if v.blame_precision is not None]
@@ -347,13 +357,20 @@ def analyse(values: RegimeValues, report: ReportConfig, difficulty: str) -> Diff
             rollout_tokens=mean_interval([v.rollout_tokens for v in ours.values()]),
             wall_s=mean_interval([v.wall_s for v in ours.values()]),
             update_norm=mean_interval(updates) if len(updates) == len(ours) else None,
-            secondary_vs_baseline={e: vs[m][measure] for e in report.secondary
-                                   for m, measure in [endpoint(e)] if measure in vs.get(m, {})},
+            secondary_vs_baseline=on_endpoints(vs, report.secondary),
+            secondary_vs_like=on_endpoints(vs_like, report.secondary),
         ))
     rows, family = corrected(rows, report)
     return DifficultyResult(difficulty, values.metric, values.budget, values.target, rows,
                             compared_metrics(values.metric, reported), values.curve_metrics, values.token_grid,
                             family, per_seed=True, update_budget=values.update_budget, devices=devices_of(cells))
+
+
+def on_endpoints(contrasts: dict[str, dict[str, Contrast]], endpoints: list[str]) -> dict[str, Contrast]:
+    """`{endpoint: contrast}` of each secondary endpoint (`endpoint`: a metric and its measure) that `contrasts`
+    (`{metric: {measure: contrast}}`, as `differences` gives them) holds."""
+    return {e: contrasts[m][measure] for e in endpoints for m, measure in [endpoint(e)]
+            if measure in contrasts.get(m, {})}
 
 
 def devices_of(cells: dict[str, dict[int, SeedValues]]) -> dict[str, dict[str, list[int]]]:
@@ -385,17 +402,19 @@ def family_seeds(paired: list[int], baseline: int) -> int:
 
 Slot = tuple[int, str, str | None]
 """A contrast's place in the rows: the row's index, the field (`auc_vs_baseline`, `auc_vs_like`, `auc_vs_control`,
-`secondary_vs_baseline`) and, for the last, the metric."""
+`secondary_vs_baseline`, `secondary_vs_like`) and, for the last two, the endpoint."""
 
 
 def slots(rows: list[MethodRow]) -> list[Slot]:
     """Where every contrast of the rows sits (`Slot`), in the family's order: per row its primary endpoint, its
-    like-for-like contrast, its step-size control's and its secondary endpoints."""
+    like-for-like contrast, its step-size control's and its secondary endpoints, against the baseline and then
+    against the like-for-like baseline."""
     out: list[Slot] = []
     for i, row in enumerate(rows):
         out += [(i, name, None) for name in ("auc_vs_baseline", "auc_vs_like", "auc_vs_control")
                 if getattr(row, name) is not None]
         out += [(i, "secondary_vs_baseline", m) for m in row.secondary_vs_baseline]
+        out += [(i, "secondary_vs_like", m) for m in row.secondary_vs_like]
     return out
 
 
@@ -413,7 +432,8 @@ def put(rows: list[MethodRow], slot: Slot, contrast: Contrast) -> None:
 
 def corrected(rows: list[MethodRow], report: ReportConfig) -> tuple[list[MethodRow], Family]:
     """The rows with Holm-adjusted p-values over the regime's family (every contrast with a test, the primary
-    endpoint's, the like-for-like ones, the step-size controls' and the secondary endpoints' together, but those of
+    endpoint's, the like-for-like ones, the step-size controls' and the secondary endpoints' (against the baseline
+    and the like-for-like baseline) together, but those of
     the exploratory cells, which are marked so and keep their raw p, and those on fewer than
     `ReportConfig.min_verdict_seeds` paired seeds, made descriptive: no p, no verdict), and the family."""
     rows = list(rows)

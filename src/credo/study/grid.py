@@ -100,6 +100,10 @@ class ReportConfig(Section):
     like_for_like: dict[str, str] = Field(default_factory=dict)
     """Per method, a second baseline run alike but for the credit (the same optimiser steps per batch, the same
     learning rate), e.g. `{s_trace: grpo_4mb}`: the table and findings add the paired difference to it."""
+    like_for_like_endpoints: Literal["primary", "all"] = "primary"
+    """Where the like-for-like contrasts join the Holm family: on the primary endpoint alone, or on the secondary
+    endpoints too (`all`), as the study's plan registered its family (a plan that counts the like-for-like pairs on
+    every endpoint sets `all`; studies planned before this setting read as `primary`)."""
     step_size_controls: dict[str, str] = Field(default_factory=dict)
     """Per method, its step-size control: a cell that runs the baseline's recipe at a step as large as the method's.
 

@@ -386,6 +386,8 @@ def findings(result: DifficultyResult, report: ReportConfig) -> list[str]:
                     f"{tested(diff)})")
         if row.auc_vs_like is not None:
             sentence += f"; it {verb(row.auc_vs_like)} its like-for-like `{row.like_for_like}` ({tested(row.auc_vs_like)})"
+            sentence += "".join(f"; on the {endpoint_label(name)} it {verb(c)} `{row.like_for_like}` ({tested(c)})"
+                                for name, c in row.secondary_vs_like.items())
         sentence += control_clause(row) + secondary_clause(row) + step_size_clause(row, base)
         if largest and largest in row.final_vs_baseline:
             sentence += f"; final {largest} {signed(row.final_vs_baseline[largest])} against the baseline's"
