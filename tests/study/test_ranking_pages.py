@@ -149,7 +149,8 @@ def test_every_cell_of_the_plan_has_its_paper_and_room():
     main = yaml.safe_load((REPO / "configs/studies/ranking_main.yaml").read_text())
     controls = {*main["report"]["step_size_controls"].values(), *main["report"]["like_for_like"].values(),
                 main["report"]["baseline"]}
-    assert set(pages.CELLS) == (set(main["methods"]) - controls) | set(pages.SURVEY_CELLS)
+    assert set(pages.CELLS) == (set(main["methods"]) - controls) | set(pages.SURVEY_CELLS) | set(pages.PAPER_CELLS)
+    assert not set(pages.PAPER_CELLS) & {p.cell for p in pages.SURVEY_PREDICTIONS}  # described, not predicted
 
 
 def test_scope_and_front_page_blocks_replace_only_their_markers(study, tmp_path):

@@ -72,6 +72,8 @@ CELLS = {
     "spo_chain_lean@tuned": ("SPO (2505.23564), chain, lean", "step values from continuations: zero while "
                              "successes are rare"),
     "fr3e@tuned": ("FR3E (2507.07017)", "continuations from high-entropy points: zero while successes are rare"),
+    "srpo@paper": ("SRPO (2605.25507), the paper's settings", "the policy-localised reset with the paper's batch "
+                   "(32 x 8), 4 mini-batches, 5e-5 and sampling (T 0.7, top-p 0.95), untuned"),
 }
 """Each cell's paper and what the regime lets its mechanism do (plan.md, "The regime and what its mechanisms can
 use")."""
@@ -210,6 +212,8 @@ MAIN_PREDICTIONS: list[Prediction[Study]] = [
 SURVEY_CELLS = ["grpo_lambda@tuned", "grpo_lambda_recent@tuned", "p_trace@tuned", "s_trace@tuned", "srpo_sampled@tuned",
                 "ktae@tuned", "otb@tuned", "gtpo@tuned", "dr_grpo@tuned", "dapo@tuned", "gspo@tuned",
                 "spo_chain_lean@tuned", "fr3e@tuned"]
+PAPER_CELLS = ["srpo@paper"]
+"""The survey's cells at a paper's own settings (plan.md, "Cells"): described beside the rest, no prediction."""
 SURVEY_PREDICTIONS: list[Prediction[Study]] = [
     Prediction(cell, "within about +/-0.1 of GRPO in sampled area", "mean difference within +/-0.1",
                near_baseline(cell, 0.1)) for cell in SURVEY_CELLS]
@@ -348,7 +352,8 @@ def results_page(main: Study, survey: Study | None) -> str:
     rows, counted = judged(MAIN_PREDICTIONS, main)
     parts = [
         "# The ranking study: what it found", "", BEGIN, "",
-        f"{yardstick(main)} {failed_sentences(main)} The study of [the plan](plan.md) ranks credo's methods in the regime the headroom map "
+        f"{yardstick(main)} {failed_sentences(main)} The study of [the plan](plan.md) ranks credo's methods in "
+        "the regime the headroom map "
         f"chose (`{REGIME}`), each at the learning rate one tuning rule chose for it ([tuning](tuning/report.md)), "
         "against GRPO at its own tuned rate and against GRPO taking steps of the method's size. Reports: "
         "[the main family](main/report.md)" + (", [the survey](survey/report.md)" if survey else "") + ".",
