@@ -178,9 +178,12 @@ def test_scope_and_front_page_blocks_replace_only_their_markers(study, tmp_path)
 
 
 def test_the_committed_pages_are_the_scripts_output():
-    """The results page, the scope block and the front-page paragraph are what the committed report gives."""
+    """The results page, the scope block and the front-page paragraph are what the committed report gives; the page
+    shows the report's figure of the primary contrasts."""
     pages = load_script("docs/results/ranking/pages.py")
     assert pages.main(["--check"]) == 0
+    page = (REPO / "docs/results/ranking/README.md").read_text()
+    assert (REPO / "docs/results/ranking" / pages.FIGURE).is_file() and f"]({pages.FIGURE.as_posix()})" in page
 
 
 def test_a_yardstick_short_of_the_bar_is_said_first(study, tmp_path):

@@ -315,6 +315,18 @@ def like_for_like_lines(study: Study) -> list[str]:
             for r in study.rows() if r.like_for_like]
 
 
+FIGURE = Path("main") / "plots" / f"{REGIME}_area_vs_{BASELINE}.png"
+"""The main report's figure of every cell's paired difference to the baseline, relative to this folder."""
+
+
+def figure_lines() -> list[str]:
+    """The main report's figure of the primary contrasts, where `credo report` drew it."""
+    if not (HERE / FIGURE).exists():
+        return []
+    return [f"![Each cell's paired difference to `{BASELINE}` in sampled pass@1 area, raw 95% intervals, coloured by "
+            f"its Holm verdict]({FIGURE.as_posix()})", ""]
+
+
 def device_lines(study: Study) -> list[str]:
     """Where the runs trained, and, where seeds trained on more than one device, each method's primary contrasts on
     every seed beside the same on the seeds of the device that ran most of them (raw 95%, outside the family)."""
@@ -364,7 +376,7 @@ def results_page(main: Study, survey: Study | None) -> str:
         f"{'–' if family.mde is None else f'{family.mde:.3f}'}); \"equivalent\" is TOST at the plan's margin, "
         "\"not distinguishable\" neither beats, falls behind nor is equivalent. The share is the gain over GRPO as a "
         "fraction of the yardstick's, with Fieller's 95% interval; the update size is the mean `optim/update_norm`.",
-        "", main_table(main), "", *like_for_like_lines(main), "", *device_lines(main),
+        "", *figure_lines(), main_table(main), "", *like_for_like_lines(main), "", *device_lines(main),
         "## The plan's predictions", "",
         f"Written before the runs (plan.md, \"Predictions, per mechanism\"), each judged by the rule beside it: "
         f"{counted}.", "",
