@@ -6,8 +6,8 @@ docs/results/ranking/records/ranking-main -o docs/results/ranking/main`) and, on
 
 - `README.md` in this folder, the results page: the yardstick's gain first, each main-family method against tuned
   GRPO and against GRPO taking steps of its size (Holm), its share of per-decision blame's gain (Fieller), every
-  secondary endpoint, the plan's predictions each judged by a rule stated beside it, and the survey's per-seed
-  differences (descriptive);
+  secondary endpoint, the plan's predictions each judged by a rule stated beside it, the survey's per-seed
+  differences to tuned GRPO and to GRPO at each cell's step size (descriptive), and the commands that rebuild it;
 - the block between `BEGIN` and `END` in `docs/results/scope.md` (a section of its own at the page's end the first
   time): per cell, the mechanism the regime lets act and what the study found;
 - the block between the same markers in the repository's `README.md`: the front page's paragraph.
@@ -359,6 +359,26 @@ def secondary_table(study: Study) -> str:
     return table(["cell", *(f"Δ {e} vs `{BASELINE}` (Holm)" for e in endpoints)], rows)
 
 
+def survey_table(study: Study) -> str:
+    """A row per survey cell (too few seeds for a test): its difference to tuned GRPO on each seed and their mean, its
+    share of the yardstick's gain, and its mean difference to GRPO taking steps of its size."""
+    rows = []
+    for r in methods(study):
+        if r.method == YARDSTICK:
+            continue
+        ours, theirs = study.areas.get(r.method, {}), study.areas.get(BASELINE, {})
+        per_seed = ", ".join(f"{ours[s] - theirs[s]:+.3f}" for s in sorted(ours) if s in theirs) or "–"
+        mean = study.difference(r.method, BASELINE)
+        control = study.difference(r.method, r.step_size_control) if r.step_size_control else None
+        rows.append([f"`{r.method}`", per_seed, "–" if mean is None else f"{mean.mean:+.3f}", share_cell(r, study),
+                     f"`{r.step_size_control}`" if r.step_size_control else "(the baseline)",
+                     "–" if control is None else f"{control.mean:+.3f}",
+                     "–" if r.update_norm is None else f"{r.update_norm.mean:.4f}"])
+    seeds = ", ".join(map(str, sorted(study.areas.get(BASELINE, {}))))
+    return table(["cell", f"Δ area vs `{BASELINE}`, seeds {seeds}", "mean", "share of the yardstick's gain",
+                  "step-size control", "Δ area vs control, mean", "update size"], rows)
+
+
 def results_page(main: Study, survey: Study | None) -> str:
     family = main.result.family
     rows, counted = judged(MAIN_PREDICTIONS, main)
@@ -389,10 +409,38 @@ def results_page(main: Study, survey: Study | None) -> str:
     if survey is not None:
         srows, scounted = judged(SURVEY_PREDICTIONS, survey)
         parts += ["## The survey", "",
-                  f"Descriptive ({survey.result.family.seeds} paired seeds, no test): each cell's mean difference to "
-                  f"GRPO in sampled pass@1 area against the plan's prediction: {scounted}.", "",
+                  f"Descriptive ({survey.result.family.seeds} paired seeds, no test): each cell's difference to tuned "
+                  "GRPO in sampled pass@1 area, seed by seed, and to GRPO at the grid rate whose update size is "
+                  "nearest its own (the tuning's rule; the main family's runs of those seeds).", "",
+                  survey_table(survey), "",
+                  f"Each cell's mean difference against the plan's prediction: {scounted}.", "",
                   table(["cell", "predicted", "judged by", "measured", "outcome"], srows), ""]
-    return "\n".join(parts + [END, ""])
+    return "\n".join(parts + rebuild_lines() + [END, ""])
+
+
+PARTS = [("tuning", "ranking-tuning"), ("main", "ranking-main"), ("survey", "ranking-survey")]
+"""The study's parts in the order they run: each one's study file `configs/studies/ranking_<part>.yaml`, its records'
+name and its report's folder here (`<part>/`)."""
+
+
+def rebuild_lines() -> list[str]:
+    """How to run the study again and rebuild its pages (plan.md, "Order and cost"): each part whose study file
+    exists."""
+    commands = []
+    for part, records in PARTS:
+        if (ROOT / "configs/studies" / f"ranking_{part}.yaml").exists():
+            commands += [f"bash docs/results/long-study/records.sh restore {records} docs/results/ranking/records",
+                         f"credo compare configs/studies/ranking_{part}.yaml --jobs 2",
+                         f"bash docs/results/long-study/records.sh save {records} docs/results/ranking/records",
+                         f"credo report docs/results/ranking/records/{records} -o docs/results/ranking/{part}"]
+    return ["## Rebuild", "",
+            "Every run's records are committed (`records/`); each part resumes from them, so the study spans sittings, "
+            "and each report and this page are recomputed from the runs' own logs:", "",
+            "```bash", *commands,
+            "python docs/results/ranking/pages.py  # this page, the scope table's block, the front page's paragraph",
+            "```", "",
+            "On a lent GPU, a seed's cells at once: `SEEDS=29 OUT=$OUT bash docs/results/ranking/gpu_grid.sh` (its "
+            "header says how its records join the CPU's).", ""]
 
 
 def scope_block(main: Study, survey: Study | None) -> str:
