@@ -262,3 +262,20 @@ def test_failed_predictions_are_said_first_with_their_reading_at_equal_updates(s
     assert page.index(pages.yardstick(main)) + len(pages.yardstick(main)) + 1 == page.index(said)
     held = pages.load(write_study(tmp_path / "main", areas={**AREAS, "srpo@tuned": 0.40, "oracle_steps@tuned": 1.30}))
     assert pages.failed_sentences(held) == "No prediction of the plan failed."
+
+
+def test_the_winners_are_read_against_the_strongest_grpo(study, tmp_path):
+    pages, _ = study
+    stronger = pages.load(write_study(tmp_path / "stronger", {**AREAS, "grpo_4mb@tuned": 0.76}))
+    section = pages.results_page(stronger, None).split("## Against the strongest GRPO")[1].split("##")[0]
+    assert "the strongest GRPO of the study is `grpo_4mb@tuned` (+0.180 [" in section  # (0.76 - 0.40) / 2
+    against = dict(part.strip().split(" ", 1) for part in section.split("(paired by seed, raw 95%): ")[1]
+                   .rstrip(".\n ").split("; "))
+    beat = {f"`{r.method}`" for r in pages.methods(stronger) if r.auc_vs_baseline.verdict == "beats"}
+    assert set(against) == beat and "`rrpo@tuned`" not in beat and "`spo_tree@tuned`" not in beat
+    assert float(against["`oracle_blame@tuned`"].split()[0]) == pytest.approx(-0.03, abs=0.003)  # (0.70 - 0.76) / 2
+    assert "and only `oracle_steps`, `srpo` is ahead of it" in pages.front_paragraph(stronger)
+    weaker = {cell: min(height, 0.40) if cell.startswith("grpo") else height for cell, height in AREAS.items()}
+    none_stronger = pages.load(write_study(tmp_path / "weaker", weaker))
+    assert "## Against the strongest GRPO" not in pages.results_page(none_stronger, None)
+    assert "Read after the report" not in pages.front_paragraph(none_stronger)
