@@ -105,11 +105,15 @@ class Study:
     def row(self, cell: str) -> MethodRow | None:
         return next((r for r in self.result.rows if r.method == cell), None)
 
-    def difference(self, cell: str, other: str, seeds: Collection[int] | None = None) -> Estimate | None:
-        """`cell - other` in the headline area, paired by seed (only `seeds`, where given), with its raw 95% interval
-        (outside the family)."""
+    def paired(self, cell: str, other: str, seeds: Collection[int] | None = None) -> list[float]:
+        """`cell - other` in the headline area on each seed both ran (only `seeds`, where given), in seed order."""
         ours, theirs = self.areas.get(cell, {}), self.areas.get(other, {})
-        paired = [ours[s] - theirs[s] for s in sorted(ours) if s in theirs and (seeds is None or s in seeds)]
+        return [ours[s] - theirs[s] for s in sorted(ours) if s in theirs and (seeds is None or s in seeds)]
+
+    def difference(self, cell: str, other: str, seeds: Collection[int] | None = None) -> Estimate | None:
+        """`cell - other` in the headline area, paired by seed (`paired`), with its raw 95% interval (outside the
+        family)."""
+        paired = self.paired(cell, other, seeds)
         return mean_interval(paired) if paired else None
 
     def seeds_by_device(self) -> dict[str, list[int]]:
@@ -270,6 +274,11 @@ def failed_sentences(study: Study) -> str:
     return text
 
 
+def beats(c: Contrast | None) -> bool:
+    """Whether a contrast's Holm verdict is "beats" (False where it was not measured)."""
+    return c is not None and c.verdict == "beats"
+
+
 def methods(study: Study) -> list[MethodRow]:
     """The credit methods: every cell but the baseline, the step-size controls and the like-for-like baselines."""
     return [r for r in study.rows() if r.method not in study.controls()]
@@ -360,12 +369,9 @@ def against_strongest_grpo(study: Study) -> tuple[str, Estimate, list[tuple[str,
     after Holm, the one with the largest mean gain), its gain, and each method that beats tuned GRPO against it, paired
     by seed with raw 95% intervals. Not in the plan: read after the report, outside the Holm family (None: no GRPO
     beats the baseline, or no method does)."""
-    def beats(cell: str) -> bool:
-        row = study.row(cell)
-        return row is not None and row.auc_vs_baseline is not None and row.auc_vs_baseline.verdict == "beats"
-
-    gains = {c: e for c in study.controls() if beats(c) and (e := study.difference(c, BASELINE)) is not None}
-    winners = [r.method for r in methods(study) if beats(r.method)]
+    gains = {c: e for c in study.controls() if (row := study.row(c)) is not None and beats(row.auc_vs_baseline)
+             and (e := study.difference(c, BASELINE)) is not None}
+    winners = [r.method for r in methods(study) if beats(r.auc_vs_baseline)]
     if not gains or not winners:
         return None
     strongest = max(gains, key=lambda c: gains[c].mean)
@@ -404,8 +410,7 @@ def survey_table(study: Study) -> str:
     for r in methods(study):
         if r.method == YARDSTICK:
             continue
-        ours, theirs = study.areas.get(r.method, {}), study.areas.get(BASELINE, {})
-        per_seed = ", ".join(f"{ours[s] - theirs[s]:+.3f}" for s in sorted(ours) if s in theirs) or "–"
+        per_seed = ", ".join(f"{d:+.3f}" for d in study.paired(r.method, BASELINE)) or "–"
         rows.append([f"`{r.method}`", per_seed, mean_to(r.method, BASELINE), share_cell(r, study),
                      f"`{r.step_size_control}`" if r.step_size_control else "(the baseline)",
                      mean_to(r.method, r.step_size_control),
@@ -502,13 +507,13 @@ def scope_block(main: Study, survey: Study | None) -> str:
 
 def front_paragraph(main: Study) -> str:
     others = [r for r in methods(main) if r.method != YARDSTICK]
-    beats = [r for r in others if r.auc_vs_baseline is not None and r.auc_vs_baseline.verdict == "beats"]
-    survives = [r for r in beats if r.auc_vs_control is not None and r.auc_vs_control.verdict == "beats"]
-    shares = ", ".join(f"`{r.method.removesuffix('@tuned')}` ({share_cell(r, main)})" for r in beats)
+    winners = [r for r in others if beats(r.auc_vs_baseline)]
+    survives = [r for r in winners if beats(r.auc_vs_control)]
+    shares = ", ".join(f"`{r.method.removesuffix('@tuned')}` ({share_cell(r, main)})" for r in winners)
     names = ", ".join(f"`{r.method.removesuffix('@tuned')}`" for r in survives) or "none"
-    found = (f"{len(beats)} of the other {len(others)} credit methods beat tuned GRPO after Holm, recovering these "
+    found = (f"{len(winners)} of the other {len(others)} credit methods beat tuned GRPO after Holm, recovering these "
              f"shares of its gain: {shares}; of them, {len(survives)} also beat GRPO taking steps of their size: "
-             f"{names}." if beats else f"None of the other {len(others)} credit methods beats tuned GRPO after Holm.")
+             f"{names}." if winners else f"None of the other {len(others)} credit methods beats tuned GRPO after Holm.")
     if (strongest := against_strongest_grpo(main)) is not None:
         grpo, gain, against = strongest
         ahead = ", ".join(f"`{m.removesuffix('@tuned')}`" for m, e in against if e.low is not None and e.low > 0)
