@@ -385,6 +385,7 @@ def compare(
 
     from credo.study.grid import load_study, run_study
     from credo.study.report import write_report
+    from credo.study.tuning import run_tuning
 
     _quiet_transformers()
     spec = load_study(study, output)
@@ -392,8 +393,18 @@ def compare(
         chosen = None if seeds is None else {int(s) for s in seeds.split(",") if s.strip()}
     except ValueError:
         raise typer.BadParameter(f"--seeds {seeds!r}: comma-separated integers, e.g. 26,27") from None
-    run_study(spec, jobs=jobs, log=lambda line: console.print(printable(line, None), markup=False, highlight=False),
-              command=" ".join(["credo", *sys.argv[1:]]), seeds=chosen)
+
+    def log(line: str) -> None:
+        console.print(printable(line, None), markup=False, highlight=False)
+
+    command = " ".join(["credo", *sys.argv[1:]])
+    if spec.config.tune is not None and spec.config.tune.auto_extend and chosen is None:
+        spec = run_tuning(study, output, jobs=jobs, log=log, command=command)
+    else:
+        if spec.config.tune is not None and spec.config.tune.auto_extend:
+            log("tune.auto_extend: no extension with --seeds (part of the grid decides nothing); run the study "
+                "without --seeds to extend it")
+        run_study(spec, jobs=jobs, log=log, command=command, seeds=chosen)
     path = write_report(spec.output, html=html)
     console.print(f"report: {path}")
 

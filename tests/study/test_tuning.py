@@ -4,6 +4,7 @@ report applies one rule (the mean area over the tuning seeds, no tie-break) with
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -11,9 +12,10 @@ import yaml
 from test_report import make_run
 
 from credo.config import ConfigError
+from credo.study import grid
 from credo.study.grid import StudyConfig, load_study
 from credo.study.report import write_report
-from credo.study.tuning import choose
+from credo.study.tuning import choose, run_tuning
 
 GRID = [5e-5, 1e-4, 2e-4]
 
@@ -37,6 +39,7 @@ def test_the_grid_gives_every_method_every_value_and_is_expanded_once():
     ({"tune": {"key": "optim.lr", "values": GRID, "extend": {"grpo": [7e-5]}}}, "beyond the grid's edges"),
     ({"tune": {"key": "optim.lr", "values": GRID, "extend": {"grpo": [4e-4, 4e-4]}}}, "distinct"),
     ({"tune": {"key": "optim.lr", "values": GRID, "extend": {"dapo": [4e-4]}}}, "not methods of the study"),
+    ({"tune": {"key": "loss.lam", "values": [0.0, 0.5, 1.0], "auto_extend": 1}}, "must be positive"),
 ])
 def test_a_tuning_grid_refuses_what_lets_noise_or_one_method_choose(change, message):
     data = {"name": "t", "seeds": [1, 2, 3], "tune": {"key": "optim.lr", "values": GRID}, "methods": {"grpo": "a.yaml"},
@@ -171,3 +174,47 @@ def test_each_method_gets_the_baseline_value_that_moves_as_far_per_batch_as_its_
                                 "grpo@lr=1e-04": {"config": "grpo.yaml", "set": {"optim": {"lr": 1e-4}}}}
     assert tuned["report"] == {"baseline": "grpo@tuned", "step_size_controls": {"oracle@tuned": "grpo@lr=1e-04"}}
     assert "[tuned_default.yaml](tuned_default.yaml)" in text
+
+
+def test_compare_extends_each_grid_past_the_edge_its_best_sits_at_until_bracketed_or_the_limit(tmp_path, monkeypatch):
+    # each method's final score falls 0.1 per factor of 2 away from its own best rate
+    best = {"grpo": 1.25e-5, "oracle_steps": 1e-3, "oracle_blame": 5e-5}
+
+    def fake_run(cell, *, show_progress, threads=None):
+        top = 0.9 - 0.1 * abs(math.log2(cell.config.optim.lr / best[cell.method.split("@")[0]]))
+        make_run(cell.run_dir, cell.method, cell.seed, (0.1, top, top + 0.01 * (cell.seed - 100)))
+        return json.loads((cell.run_dir / "summary.json").read_text())
+
+    monkeypatch.setattr(grid, "run_cell", fake_run)
+    path = tmp_path / "tuning.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "tuning", "seeds": [100, 101, 102], "set": {"task": {"eval_split": "validation"}},
+        "tune": {"key": "optim.lr", "values": [2.5e-5, 5e-5, 1e-4], "auto_extend": 2},
+        "methods": {m: str(Path(f"configs/testbed/{m}.yaml").resolve()) for m in best},
+        "report": {"baseline": "grpo@lr=5e-05", "oracle": None, "metric": "greedy_pass@1"}}))
+    lines: list[str] = []
+    study = run_tuning(path, tmp_path / "out", log=lines.append)
+
+    ran = {p.parent.name for p in (tmp_path / "out").glob("default/*/seed100")}
+    assert ran - {f"{m}@lr={v}" for m in best for v in ("2.5e-05", "5e-05", "1e-04")} == {
+        "grpo@lr=1.25e-05", "grpo@lr=6.25e-06", "oracle_steps@lr=2e-04", "oracle_steps@lr=4e-04"}
+    # grpo: past 1.25e-5 and bracketed there; oracle_steps: stopped by the limit, still at its edge; oracle_blame: none
+    resolved = yaml.safe_load((tmp_path / "out" / "study.yaml").read_text())
+    assert resolved["tune"]["extend"] == {"grpo": [6.25e-6, 1.25e-5], "oracle_steps": [2e-4, 4e-4]}
+    assert study.config.tune.extend == resolved["tune"]["extend"]
+    assert [line for line in lines if "auto_extend" in line] == [
+        "grpo: its best sits at its grid's edge; tune.auto_extend runs 1.25e-05 next",
+        "oracle_steps: its best sits at its grid's edge; tune.auto_extend runs 0.0002 next",
+        "grpo: its best sits at its grid's edge; tune.auto_extend runs 6.25e-06 next",
+        "oracle_steps: its best sits at its grid's edge; tune.auto_extend runs 0.0004 next"]
+    write_report(tmp_path / "out")
+    tuning = {c["method"]: c for c in json.loads((tmp_path / "out" / "report.json").read_text())["default"]["tuning"]}
+    assert (tuning["grpo"]["chosen"], tuning["grpo"]["where"]) == (1.25e-5, "bracketed")
+    assert (tuning["oracle_steps"]["chosen"], tuning["oracle_steps"]["where"]) == (4e-4, "extend higher")
+    assert (tuning["oracle_blame"]["chosen"], tuning["oracle_blame"]["where"]) == (5e-5, "bracketed")
+    # run again (a study resumed): the same extensions, step by step from the finished runs, and nothing runs
+    again: list[str] = []
+    run_tuning(path, tmp_path / "out", log=again.append)
+    assert [line for line in again if "auto_extend" in line] == [line for line in lines if "auto_extend" in line]
+    rounds = [line for line in again if " to run " in line]
+    assert len(rounds) == 3 and all(line.endswith(f"0 to run -> {tmp_path / 'out'}") for line in rounds)

@@ -147,6 +147,12 @@ class Tune(Section):
     """Per method, the values the rule added beyond the grid's edge because the method's best sat at that edge
     (e.g. `{grpo: [1.25e-5]}`: the grid brackets every choice, and a method already bracketed runs nothing more);
     each lies outside the grid's range, so every method keeps the whole common grid."""
+    auto_extend: int = Field(0, ge=0)
+    """How many values `credo compare` may add by itself beyond each edge of a method's grid (0: none, the extensions
+    are written in `extend` by hand). Once every value of a method has finished at every seed and its best sits at the
+    edge of its values, the value one step of the grid's ratio past that edge runs next (`credo.study.tuning`), until
+    the choice is bracketed or this many values lie beyond that edge; the study directory's `study.yaml` records them
+    in `extend`. Needs positive values (a geometric grid, as a learning rate's)."""
     methods: list[str] = Field(default_factory=list)
     """The methods tuned, as the study file names them (filled when the study expands its cells; not set by hand)."""
 
@@ -165,6 +171,9 @@ class Tune(Section):
                 raise ValueError(f"tune.extend.{method} {extra}: an extension's values are distinct and lie beyond the "
                                  f"grid's edges ({self.values[0]:g} .. {self.values[-1]:g})")
             self.extend[method] = sorted(extra)
+        if self.auto_extend and self.values[0] <= 0:
+            raise ValueError(f"tune.auto_extend steps by the grid's ratio, so its values must be positive, "
+                             f"got {self.values}")
         return self
 
 
@@ -424,10 +433,17 @@ def check_step_size_controls(report: ReportConfig, methods: list[str], path: Pat
             raise ConfigError(f"{where}: the baseline is no step-size control (its contrast is already in the family)")
 
 
-def load_study(path: str | Path, output: str | Path | None = None) -> Study:
-    """Read and validate a study file; `output` overrides its output directory."""
+def load_study(path: str | Path, output: str | Path | None = None,
+               extend: dict[str, list[float]] | None = None) -> Study:
+    """Read and validate a study file; `output` overrides its output directory, and `extend` adds values to its
+    tuning grid's `tune.extend` (the extensions `tune.auto_extend` ran)."""
     path = Path(path)
     data = read_yaml_mapping(path, "a study: name, seeds, methods, ...")
+    if extend and isinstance(data.get("tune"), dict):
+        written = data["tune"].get("extend") or {}
+        methods = [*written, *(m for m in extend if m not in written)]
+        merged = {m: [*written.get(m, []), *extend.get(m, [])] for m in methods}
+        data = {**data, "tune": {**data["tune"], "extend": merged}}
     try:
         config = StudyConfig(**data)
     except ValidationError as error:

@@ -10,18 +10,21 @@ One rule for every method, the baseline and the yardsticks included (docs/guides
 - **its margin** is reported: the chosen value's mean minus the runner-up's, and that margin in standard deviations of
   their per-seed paired differences (a margin under 1 sd is one the next seed may well reverse);
 - **the grid's edge**: a choice at the smallest or largest value tried is not bracketed; the grid should be extended
-  one step that way for that method (`Tune.extend`, on the same seeds) before the choice stands.
+  one step that way for that method (`Tune.extend`, on the same seeds) before the choice stands. With
+  `tune.auto_extend`, `credo compare` runs those extensions itself (`extensions`, `run_tuning`).
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from credo.study.grid import method_values, tune_label
-from credo.study.runs import seeds_of
-from credo.study.seeds import RegimeValues
+from credo.study.grid import ReportConfig, Study, load_study, method_values, run_study, tune_label
+from credo.study.runs import load_runs, seeds_of
+from credo.study.seeds import RegimeValues, regime_values
 
 
 @dataclass(frozen=True)
@@ -157,3 +160,70 @@ def step_size_controls(choices: list[Choice], baseline: str) -> dict[str, float 
         out[choice.method] = min((v for v, s in base.update_sizes.items() if s > 0),
                                  key=lambda v: abs(math.log(base.update_sizes[v] / size)))
     return out
+
+
+def extensions(choices: list[Choice], tune: dict, limit: int) -> dict[str, list[float]]:
+    """The rule's next step past the grid's edge: per method whose choice (every value finished at every seed) sits at
+    the edge of its values, with fewer than `limit` values already beyond the common grid that way, the value one step
+    of the common grid's ratio at that edge past the choice.
+
+    >>> grid = [2.5e-5, 5e-5, 1e-4]
+    >>> low = choose({2.5e-5: {1: .3}, 5e-5: {1: .2}, 1e-4: {1: .1}}, grid, [1], "grpo")
+    >>> high = choose({2.5e-5: {1: .1}, 5e-5: {1: .2}, 1e-4: {1: .3}}, grid, [1], "oracle")
+    >>> extensions([low, high], {"values": grid, "extend": {}}, limit=1)
+    {'grpo': [1.25e-05], 'oracle': [0.0002]}
+    >>> extensions([low], {"values": grid, "extend": {"grpo": [1.25e-5]}}, limit=1)  # the limit reached
+    {}
+    >>> unfinished = choose({2.5e-5: {1: .3}, 5e-5: {1: .2}}, grid, [1], "grpo")  # 1e-4 still running
+    >>> extensions([unfinished], {"values": grid, "extend": {}}, limit=1)
+    {}
+    """
+    values, written, out = tune["values"], tune.get("extend") or {}, {}
+    for choice in choices:
+        if choice.missing or choice.where == "bracketed":
+            continue
+        lower = choice.where == "extend lower"
+        beyond = [v for v in written.get(choice.method, []) if (v < values[0] if lower else v > values[-1])]
+        if len(beyond) >= limit:
+            continue
+        ratio = values[0] / values[1] if lower else values[-1] / values[-2]
+        value = float(f"{choice.chosen * ratio:.12g}")  # 1.25e-05, not 1.2500000000000001e-05
+        if value not in out.setdefault(choice.method, []):
+            out[choice.method].append(value)
+    return {method: values for method, values in out.items() if values}
+
+
+def grid_extensions(directory: Path, limit: int) -> dict[str, list[float]]:
+    """`extensions` of the tuning study in `directory`, from its finished runs, in every difficulty."""
+    study, runs = load_runs(directory)
+    report = ReportConfig(**study.get("report", {}))
+    out: dict[str, list[float]] = {}
+    for difficulty, by_method in runs.items():
+        if not by_method.get(report.baseline):
+            continue
+        found = extensions(choices(regime_values(by_method, report, difficulty), study), study["tune"], limit)
+        for method, values in found.items():
+            out.setdefault(method, []).extend(v for v in values if v not in out[method])
+    return out
+
+
+def run_tuning(path: Path, output: Path | None = None, *, jobs: int = 1, log: Callable[[str], None] = print,
+               command: str = "") -> Study:
+    """Run a tuning study file's grid and, as far as its `tune.auto_extend` allows, each method's extensions past an
+    edge where its best sits (`grid_extensions`), until every choice is bracketed or has reached the limit; returns
+    the study as last run (its directory's `study.yaml` records the extensions in `tune.extend`).
+
+    The extensions are decided from finished runs only, so a study stopped and run again decides them again, the same
+    way, and runs only what is left."""
+    added: dict[str, list[float]] = {}
+    while True:
+        study = load_study(path, output, extend=added)
+        run_study(study, jobs=jobs, log=log, command=command)
+        tune = study.config.tune
+        new = grid_extensions(study.output, tune.auto_extend) if tune is not None and tune.auto_extend else {}
+        if not new:
+            return study
+        for method, values in new.items():
+            log(f"{method}: its best sits at its grid's edge; tune.auto_extend runs "
+                f"{', '.join(f'{v:g}' for v in values)} next")
+            added.setdefault(method, []).extend(values)
