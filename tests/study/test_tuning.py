@@ -176,27 +176,34 @@ def test_each_method_gets_the_baseline_value_that_moves_as_far_per_batch_as_its_
     assert "[tuned_default.yaml](tuned_default.yaml)" in text
 
 
-def test_compare_extends_each_grid_past_the_edge_its_best_sits_at_until_bracketed_or_the_limit(tmp_path, monkeypatch):
-    # each method's final score falls 0.1 per factor of 2 away from its own best rate
-    best = {"grpo": 1.25e-5, "oracle_steps": 1e-3, "oracle_blame": 5e-5}
+BEST_RATE = {"grpo": 1.25e-5, "oracle_steps": 1e-3, "oracle_blame": 5e-5}
+"""Fake tuning runs: each method's final score falls 0.1 per factor of 2 away from its own best rate."""
 
-    def fake_run(cell, *, show_progress, threads=None):
-        top = 0.9 - 0.1 * abs(math.log2(cell.config.optim.lr / best[cell.method.split("@")[0]]))
-        make_run(cell.run_dir, cell.method, cell.seed, (0.1, top, top + 0.01 * (cell.seed - 100)))
-        return json.loads((cell.run_dir / "summary.json").read_text())
 
-    monkeypatch.setattr(grid, "run_cell", fake_run)
+def fake_run(cell, *, show_progress, threads=None):
+    top = 0.9 - 0.1 * abs(math.log2(cell.config.optim.lr / BEST_RATE[cell.method.split("@")[0]]))
+    make_run(cell.run_dir, cell.method, cell.seed, (0.1, top, top + 0.01 * (cell.seed - 100)))
+    return json.loads((cell.run_dir / "summary.json").read_text())
+
+
+def auto_extended_tuning(tmp_path) -> Path:
     path = tmp_path / "tuning.yaml"
     path.write_text(yaml.safe_dump({
         "name": "tuning", "seeds": [100, 101, 102], "set": {"task": {"eval_split": "validation"}},
         "tune": {"key": "optim.lr", "values": [2.5e-5, 5e-5, 1e-4], "auto_extend": 2},
-        "methods": {m: str(Path(f"configs/testbed/{m}.yaml").resolve()) for m in best},
+        "methods": {m: str(Path(f"configs/testbed/{m}.yaml").resolve()) for m in BEST_RATE},
         "report": {"baseline": "grpo@lr=5e-05", "oracle": None, "metric": "greedy_pass@1"}}))
+    return path
+
+
+def test_compare_extends_each_grid_past_the_edge_its_best_sits_at_until_bracketed_or_the_limit(tmp_path, monkeypatch):
+    monkeypatch.setattr(grid, "run_cell", fake_run)
+    path = auto_extended_tuning(tmp_path)
     lines: list[str] = []
     study = run_tuning(path, tmp_path / "out", log=lines.append)
 
     ran = {p.parent.name for p in (tmp_path / "out").glob("default/*/seed100")}
-    assert ran - {f"{m}@lr={v}" for m in best for v in ("2.5e-05", "5e-05", "1e-04")} == {
+    assert ran - {f"{m}@lr={v}" for m in BEST_RATE for v in ("2.5e-05", "5e-05", "1e-04")} == {
         "grpo@lr=1.25e-05", "grpo@lr=6.25e-06", "oracle_steps@lr=2e-04", "oracle_steps@lr=4e-04"}
     # grpo: past 1.25e-5 and bracketed there; oracle_steps: stopped by the limit, still at its edge; oracle_blame: none
     resolved = yaml.safe_load((tmp_path / "out" / "study.yaml").read_text())
@@ -218,3 +225,21 @@ def test_compare_extends_each_grid_past_the_edge_its_best_sits_at_until_brackete
     assert [line for line in again if "auto_extend" in line] == [line for line in lines if "auto_extend" in line]
     rounds = [line for line in again if " to run " in line]
     assert len(rounds) == 3 and all(line.endswith(f"0 to run -> {tmp_path / 'out'}") for line in rounds)
+
+
+def test_the_command_line_extends_a_whole_grid_and_not_a_part_of_it(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from credo.cli import app
+
+    monkeypatch.setattr(grid, "run_cell", fake_run)
+    path = auto_extended_tuning(tmp_path)
+    part = CliRunner().invoke(app, ["compare", str(path), "-o", str(tmp_path / "part"), "--seeds", "100"],
+                              env={"COLUMNS": "200"})
+    assert part.exit_code == 0, part.output
+    assert "no extension with --seeds" in part.output and "runs 1.25e-05 next" not in part.output
+    whole = CliRunner().invoke(app, ["compare", str(path), "-o", str(tmp_path / "whole")], env={"COLUMNS": "200"})
+    assert whole.exit_code == 0, whole.output
+    assert "grpo: its best sits at its grid's edge; tune.auto_extend runs 6.25e-06 next" in whole.output
+    assert (tmp_path / "whole" / "default" / "oracle_steps@lr=4e-04" / "seed102" / "summary.json").exists()
+
