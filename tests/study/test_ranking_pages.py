@@ -25,14 +25,16 @@ and beats its control (grpo@lr=5e-05, +0.05) by 0.10; srpo beats GRPO and its co
 fails); rrpo is GRPO; spo_tree falls behind; vine_lean gains 0.01, less than its control's 0.025."""
 
 
-def write_study(root, areas=AREAS, noise=0.002, devices=None, controls=None, like_for_like=None):
+def write_study(root, areas=AREAS, noise=0.002, devices=None, controls=None, like_for_like=None, rates=None):
     """The study's run folders and their report; `devices`: `(device of seeds 28-29, their shift of each cell's
     height)`, the other seeds recording "cpu (1 thread)" (None: no run records its device); `controls` and
-    `like_for_like`: pairs beside the main family's."""
+    `like_for_like`: pairs beside the main family's; `rates`: the learning rates of cells the main family lacks."""
     study = yaml.safe_load((REPO / "configs/studies/ranking_main.yaml").read_text())
     study["report"]["secondary"] = ["greedy_pass@1", "final:avg@16", "final:avg@16@t0.6"]
     study["difficulties"] = {"k100-n8-p06": {}}
     study["methods"] = {cell: study["methods"].get(cell, {"config": f"{cell}.yaml"}) for cell in areas}
+    for cell, lr in (rates or {}).items():
+        study["methods"][cell]["set"] = {"optim": {"lr": lr}}
     study["report"]["step_size_controls"].update(controls or {})
     study["report"]["like_for_like"].update(like_for_like or {})
     for pairs in ("like_for_like", "step_size_controls"):
@@ -137,12 +139,14 @@ def test_each_prediction_is_judged_by_its_rule(study):
 def test_the_survey_is_described_not_tested(study, tmp_path):
     pages, _ = study
     survey_areas = {"grpo@tuned": 0.40, "oracle_steps@tuned": 1.40, "dapo@tuned": 0.70, "otb@tuned": 0.42,
-                    "grpo@lr=5e-05": 0.50, "p_trace@tuned": 0.64, "grpo_4mb@tuned": 0.56}
+                    "grpo@lr=5e-05": 0.50, "p_trace@tuned": 0.64, "grpo_4mb@tuned": 0.56, "gspo@tuned": 0.5}
     survey = pages.load(write_study(tmp_path / "survey", survey_areas, controls={"dapo@tuned": "grpo@lr=5e-05"},
-                                    like_for_like={"p_trace@tuned": "grpo_4mb@tuned"}))
+                                    like_for_like={"p_trace@tuned": "grpo_4mb@tuned", "gspo@tuned": "grpo_4mb@tuned"},
+                                    rates={"p_trace@tuned": 5e-5, "gspo@tuned": 1e-4}))
     described = rows_of(pages.results_page(study[1], survey), "| cell | Δ area vs `grpo@tuned`, seeds")
-    assert set(described) == {"`dapo@tuned`", "`otb@tuned`", "`p_trace@tuned`"}  # no yardstick, no control
-    assert described["`p_trace@tuned`"][6] == "`grpo_4mb@tuned`"
+    assert set(described) == {"`dapo@tuned`", "`otb@tuned`", "`p_trace@tuned`", "`gspo@tuned`"}  # no yardstick, control
+    assert described["`p_trace@tuned`"][6] == "`grpo_4mb@tuned`"  # both at 5e-5
+    assert described["`gspo@tuned`"][6] == "`grpo_4mb@tuned` (at lr 5e-05; the cell at 0.0001)"
     assert float(described["`p_trace@tuned`"][7]) == pytest.approx(0.04, abs=0.003)  # (0.64 - 0.56) / 2
     assert described["`dapo@tuned`"][6:8] == ["–", "–"]
     per_seed = [float(v) for v in described["`dapo@tuned`"][1].split(", ")]
@@ -154,7 +158,7 @@ def test_the_survey_is_described_not_tested(study, tmp_path):
     judged = {p.cell: p.judge(survey) for p in pages.SURVEY_PREDICTIONS}
     assert judged["dapo@tuned"] == ("+0.150 (mean of 10 seeds)", "failed")
     assert judged["otb@tuned"][1] == "held"
-    assert judged["gspo@tuned"] == ("not measured", "not decided")
+    assert judged["fr3e@tuned"] == ("not measured", "not decided")
     scope = rows_of(pages.scope_block(study[1], survey), "| cell | paper")
     assert scope["`dapo@tuned`"][1:5] == ["DAPO (2503.14476)", pages.CELLS["dapo@tuned"][1],
                                           "+0.150 (survey, 10 seeds, described)", "–"]

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from credo.study.analysis import Contrast, DifficultyResult, MethodRow
@@ -93,6 +93,8 @@ class Study:
     """The cells in the study file's order."""
     devices: dict[str, dict[int, str | None]]
     """`{cell: {seed: where the run trained}}` (`summary.json`'s `device`; None where the run did not record it)."""
+    rates: dict[str, float] = field(default_factory=dict)
+    """`{cell: the learning rate its study file sets}` (cells that set none are absent)."""
 
     def rows(self) -> list[MethodRow]:
         """Every cell's row but the baseline's, in the study file's order."""
@@ -137,7 +139,9 @@ def load(folder: Path) -> Study | None:
         return None
     study, report, areas = written
     devices = {cell: {seed: v.device for seed, v in by_seed.items()} for cell, by_seed in report.values.cells.items()}
-    return Study(report.result, areas, list(study["methods"]), devices)
+    rates = {cell: lr for cell, entry in study["methods"].items()
+             if (lr := ((entry.get("set") or {}).get("optim") or {}).get("lr")) is not None}
+    return Study(report.result, areas, list(study["methods"]), devices, rates)
 
 
 # ------------------------------------------------------------------------------------------ the plan's predictions
@@ -398,6 +402,16 @@ def secondary_table(study: Study) -> str:
     return table(["cell", *(f"Δ {e} vs `{BASELINE}` (Holm)" for e in endpoints)], rows)
 
 
+def like_for_like_cell(r: MethodRow, study: Study) -> str:
+    """A cell's like-for-like baseline, and both learning rates where they differ (STUDY.md: alike but for the
+    credit, "the same tuned learning rate, or say so")."""
+    if not r.like_for_like:
+        return "–"
+    ours, theirs = study.rates.get(r.method), study.rates.get(r.like_for_like)
+    differs = ours is not None and theirs is not None and ours != theirs
+    return f"`{r.like_for_like}`" + (f" (at lr {theirs:g}; the cell at {ours:g})" if differs else "")
+
+
 def survey_table(study: Study) -> str:
     """A row per survey cell (too few seeds for a test): its difference to tuned GRPO on each seed and their mean, its
     share of the yardstick's gain, its mean difference to GRPO taking steps of its size and, for a cell that takes
@@ -414,7 +428,7 @@ def survey_table(study: Study) -> str:
         rows.append([f"`{r.method}`", per_seed, mean_to(r.method, BASELINE), share_cell(r, study),
                      f"`{r.step_size_control}`" if r.step_size_control else "(the baseline)",
                      mean_to(r.method, r.step_size_control),
-                     f"`{r.like_for_like}`" if r.like_for_like else "–", mean_to(r.method, r.like_for_like),
+                     like_for_like_cell(r, study), mean_to(r.method, r.like_for_like),
                      "–" if r.update_norm is None else f"{r.update_norm.mean:.4f}"])
     seeds = ", ".join(map(str, sorted(study.areas.get(BASELINE, {}))))
     return table(["cell", f"Δ area vs `{BASELINE}`, seeds {seeds}", "mean", "share of the yardstick's gain",
