@@ -196,10 +196,20 @@ def test_scope_lambda_weight_ranges() -> None:
 
 
 def test_the_ranking_study_runs_each_cell_at_its_tuning_reports_choice() -> None:
-    """configs/studies/ranking_main.yaml holds the cells its tuning report wrote (`tuned_k100-n8-p06.yaml`: each
-    method at the rule's choice, each step-size control at the baseline's grid rate nearest its update size) and the
-    report settings that name them."""
+    """configs/studies/ranking_main.yaml and ranking_survey.yaml hold between them the cells their tuning report
+    wrote (`tuned_k100-n8-p06.yaml`: each method at the rule's choice, each step-size control at the baseline's grid
+    rate nearest its update size), each as written, and the report settings that name them; the survey's one untuned
+    cell is the paper's settings (`srpo@paper`, plan.md "Cells")."""
     tuned = yaml.safe_load((RESULTS / "ranking" / "tuning" / "tuned_k100-n8-p06.yaml").read_text())
-    study = yaml.safe_load((ROOT / "configs" / "studies" / "ranking_main.yaml").read_text())
-    assert study["methods"] == tuned["methods"]
-    assert {k: study["report"][k] for k in tuned["report"]} == tuned["report"]
+    studies = [yaml.safe_load((ROOT / "configs" / "studies" / f"ranking_{part}.yaml").read_text())
+               for part in ("main", "survey")]
+    for study in studies:
+        assert {cell: study["methods"][cell] for cell in study["methods"] if cell in tuned["methods"]} == {
+            cell: tuned["methods"][cell] for cell in study["methods"] if cell in tuned["methods"]}
+        assert (study["report"]["baseline"], study["report"]["oracle"]) == (tuned["report"]["baseline"],
+                                                                           tuned["report"]["oracle"])
+    assert set(tuned["methods"]) <= set(studies[0]["methods"]) | set(studies[1]["methods"])
+    assert set(studies[1]["methods"]) - set(tuned["methods"]) == {"srpo@paper"}
+    assert set(studies[0]["methods"]) <= set(tuned["methods"])
+    controls = {**studies[0]["report"]["step_size_controls"], **studies[1]["report"]["step_size_controls"]}
+    assert {cell: controls[cell] for cell in controls if cell != "srpo@paper"} == tuned["report"]["step_size_controls"]
