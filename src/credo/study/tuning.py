@@ -178,7 +178,8 @@ def extensions(choices: list[Choice], tune: dict, limit: int) -> dict[str, list[
     >>> extensions([unfinished], {"values": grid, "extend": {}}, limit=1)
     {}
     """
-    values, written, out = tune["values"], tune.get("extend") or {}, {}
+    values, written = tune["values"], tune.get("extend") or {}
+    out: dict[str, list[float]] = {}
     for choice in choices:
         if choice.missing or choice.where == "bracketed":
             continue
@@ -190,7 +191,7 @@ def extensions(choices: list[Choice], tune: dict, limit: int) -> dict[str, list[
         value = float(f"{choice.chosen * ratio:.12g}")  # 1.25e-05, not 1.2500000000000001e-05
         if value not in out.setdefault(choice.method, []):
             out[choice.method].append(value)
-    return {method: values for method, values in out.items() if values}
+    return out
 
 
 def grid_extensions(directory: Path, limit: int) -> dict[str, list[float]]:
