@@ -159,6 +159,18 @@ def test_the_survey_is_described_not_tested(study, tmp_path):
     assert judged["dapo@tuned"] == ("+0.150 (mean of 10 seeds)", "failed")
     assert judged["otb@tuned"][1] == "held"
     assert judged["fr3e@tuned"] == ("not measured", "not decided")
+    failed = pages.survey_failed_sentences(survey)  # dapo +0.150 and p_trace +0.120 fail; otb and gspo hold
+    assert failed.startswith("2 of the survey's 13 predictions (10 seeds, described), each a cell within about "
+                             "+/-0.1 of GRPO in sampled area, failed: `p_trace@tuned` +0.120, `dapo@tuned` +0.150")
+    assert "Against GRPO taking as many optimiser steps a batch: `p_trace@tuned` +0.040 vs `grpo_4mb@tuned`." in failed
+    assert "At equal optimiser updates (the first 20, the shortest run's): `p_trace@tuned` +0.120" in failed
+    page = pages.results_page(study[1], survey)
+    assert page.index(pages.failed_sentences(study[1])) < page.index(failed) < page.index("The study of [the plan]")
+    assert ("The survey (4 more cells, 10 seeds each, described): the largest mean gain over tuned GRPO is `dapo`'s, "
+            "+0.150.") in pages.front_paragraph(study[1], survey)
+    held = pages.load(write_study(tmp_path / "held", {"grpo@tuned": 0.40, "otb@tuned": 0.42, "p_trace@tuned": 0.30}))
+    assert pages.survey_failed_sentences(held) == ("Every survey cell (10 seeds, described) is within about +/-0.1 of "
+                                                   "GRPO in sampled area, as the plan predicted.")
     scope = rows_of(pages.scope_block(study[1], survey), "| cell | paper")
     assert scope["`dapo@tuned`"][1:5] == ["DAPO (2503.14476)", pages.CELLS["dapo@tuned"][1],
                                           "+0.150 (survey, 10 seeds, described)", "–"]

@@ -225,9 +225,10 @@ SURVEY_CELLS = ["grpo_lambda@tuned", "grpo_lambda_recent@tuned", "p_trace@tuned"
                 "spo_chain_lean@tuned", "fr3e@tuned"]
 PAPER_CELLS = ["srpo@paper"]
 """The survey's cells at a paper's own settings (plan.md, "Cells"): described beside the rest, no prediction."""
+SURVEY_SAID = "within about +/-0.1 of GRPO in sampled area"
+"""The plan's one prediction for every survey cell (plan.md, "Predictions, per mechanism")."""
 SURVEY_PREDICTIONS: list[Prediction[Study]] = [
-    Prediction(cell, "within about +/-0.1 of GRPO in sampled area", "mean difference within +/-0.1",
-               near_baseline(cell, 0.1)) for cell in SURVEY_CELLS]
+    Prediction(cell, SURVEY_SAID, "mean difference within +/-0.1", near_baseline(cell, 0.1)) for cell in SURVEY_CELLS]
 
 
 # ------------------------------------------------------------------------------------------ the pages
@@ -266,15 +267,50 @@ def failed_sentences(study: Study) -> str:
         return "No prediction of the plan failed."
     said = "; ".join(f"`{p.cell}`, {p.said} (measured {measured})" for p, measured in failed)
     text = f"{len(failed)} of the plan's {len(MAIN_PREDICTIONS)} predictions failed: {said}."
-    readings = []
-    for cell in dict.fromkeys(p.cell for p, _ in failed):
-        row = study.row(cell)
-        updates = row.areas_vs_baseline.get(study.result.metric, {}).get("updates") if row else None
-        if updates is not None and row.auc_vs_baseline is not None:
-            readings.append(f"`{cell}` {bracketed(row.auc_vs_baseline.estimate)} and {bracketed(updates)}")
-    if readings and study.result.update_budget is not None:
-        text += (" Against tuned GRPO at equal rollout tokens and at equal optimiser updates (the first "
-                 f"{study.result.update_budget:.0f}, the shortest run's): {'; '.join(readings)}.")
+    readings = [f"`{cell}` {bracketed(tokens)} and {bracketed(updates)}"
+                for cell in dict.fromkeys(p.cell for p, _ in failed)
+                if (areas := tokens_and_updates(study, cell)) is not None for tokens, updates in [areas]]
+    if readings:
+        text += f" Against tuned GRPO at equal rollout tokens and at {equal_updates(study)}: {'; '.join(readings)}."
+    return text
+
+
+def tokens_and_updates(study: Study, cell: str) -> tuple[Estimate, Estimate] | None:
+    """The cell's area against tuned GRPO at equal rollout tokens and at equal optimiser updates (None where the
+    report has either missing)."""
+    row = study.row(cell)
+    updates = row.areas_vs_baseline.get(study.result.metric, {}).get("updates") if row else None
+    if updates is None or row.auc_vs_baseline is None or study.result.update_budget is None:
+        return None
+    return row.auc_vs_baseline.estimate, updates
+
+
+def equal_updates(study: Study) -> str:
+    return f"equal optimiser updates (the first {study.result.update_budget:.0f}, the shortest run's)"
+
+
+def survey_failed_sentences(survey: Study) -> str:
+    """The survey's failed predictions (plan.md: said in the findings' first sentences, and why where the data can
+    tell), described by their means: each failed cell's mean difference to tuned GRPO at equal rollout tokens and at
+    equal optimiser updates, which tells a method that pays for its signal in tokens from one whose updates do no
+    better, and, for a cell that takes several optimiser steps a batch, to GRPO taking as many, which tells credit
+    from more steps."""
+    failed = [p.cell for p in SURVEY_PREDICTIONS if p.judge(survey)[1] == "failed"]
+    seeds = f"{survey.result.family.seeds} seeds, described"
+    if not failed:
+        return f"Every survey cell ({seeds}) is {SURVEY_SAID}, as the plan predicted."
+    means = ", ".join(f"`{cell}` {e.mean:+.3f}" for cell in failed if (e := survey.difference(cell, BASELINE)))
+    text = (f"{len(failed)} of the survey's {len(SURVEY_PREDICTIONS)} predictions ({seeds}), each a cell "
+            f"{SURVEY_SAID}, failed: {means} (mean differences to tuned GRPO).")
+    updates = [f"`{cell}` {areas[1].mean:+.3f}" for cell in failed
+               if (areas := tokens_and_updates(survey, cell)) is not None]
+    if updates:
+        text += f" At {equal_updates(survey)}: {', '.join(updates)}."
+    steps = [f"`{cell}` {e.mean:+.3f} vs `{row.like_for_like}`" for cell in failed
+             if (row := survey.row(cell)) and row.like_for_like
+             and (e := survey.difference(cell, row.like_for_like)) is not None]
+    if steps:
+        text += f" Against GRPO taking as many optimiser steps a batch: {', '.join(steps)}."
     return text
 
 
@@ -441,7 +477,9 @@ def results_page(main: Study, survey: Study | None) -> str:
     rows, counted = judged(MAIN_PREDICTIONS, main)
     parts = [
         "# The ranking study: what it found", "", BEGIN, "",
-        f"{yardstick(main)} {failed_sentences(main)} The study of [the plan](plan.md) ranks credo's methods in "
+        f"{yardstick(main)} {failed_sentences(main)} "
+        + (f"{survey_failed_sentences(survey)} " if survey else "")
+        + "The study of [the plan](plan.md) ranks credo's methods in "
         "the regime the headroom map "
         f"chose (`{REGIME}`), each at the learning rate one tuning rule chose for it ([tuning](tuning/report.md)), "
         "against GRPO at its own tuned rate and against GRPO taking steps of the method's size. Reports: "
@@ -519,7 +557,24 @@ def scope_block(main: Study, survey: Study | None) -> str:
                              "vs GRPO at its step size (Holm)", "share of the yardstick's gain"], rows), "", END])
 
 
-def front_paragraph(main: Study) -> str:
+def survey_sentence(survey: Study) -> str:
+    """The survey in one sentence for the front page: its cell with the largest mean gain over tuned GRPO and, where
+    it takes several optimiser steps a batch, its mean difference to GRPO taking as many."""
+    means = {r.method: e.mean for r in methods(survey)
+             if r.method != YARDSTICK and (e := survey.difference(r.method, BASELINE)) is not None}
+    if not means:
+        return ""
+    best = max(means, key=means.__getitem__)
+    row = survey.row(best)
+    against = survey.difference(best, row.like_for_like) if row and row.like_for_like else None
+    text = (f"The survey ({len(means)} more cells, {survey.result.family.seeds} seeds each, described): the largest "
+            f"mean gain over tuned GRPO is `{best.removesuffix('@tuned')}`'s, {means[best]:+.3f}")
+    if against is not None:
+        text += f", {against.mean:+.3f} against GRPO taking as many optimiser steps a batch"
+    return text + "."
+
+
+def front_paragraph(main: Study, survey: Study | None = None) -> str:
     others = [r for r in methods(main) if r.method != YARDSTICK]
     winners = [r for r in others if beats(r.auc_vs_baseline)]
     survives = [r for r in winners if beats(r.auc_vs_control)]
@@ -537,7 +592,8 @@ def front_paragraph(main: Study) -> str:
     return "\n".join([
         BEGIN,
         "The ranking study ([findings](docs/results/ranking/README.md)) asks how much of perfect blame each credit "
-        f"method recovers, and whether it is credit or step size. {yardstick(main)} {found} Every study, "
+        f"method recovers, and whether it is credit or step size. {yardstick(main)} {found} "
+        + (f"{survey_sentence(survey)} " if survey else "") + "Every study, "
         "[the headroom map](docs/results/headroom/README.md) and [the long-horizon study]"
         "(docs/results/long-study/README.md) among them: [docs/results/](docs/results/README.md).",
         END])
@@ -553,7 +609,7 @@ def pages(main: Study, survey: Study | None) -> dict[Path, str]:
     scope, front = ROOT / "docs/results/scope.md", ROOT / "README.md"
     return {HERE / "README.md": results_page(main, survey),
             scope: replaced(scope.read_text(), scope_block(main, survey), scope, SCOPE_HEADING),
-            front: replaced(front.read_text(), front_paragraph(main), front)}
+            front: replaced(front.read_text(), front_paragraph(main, survey), front)}
 
 
 def main(argv: list[str]) -> int:
