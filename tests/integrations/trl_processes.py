@@ -52,8 +52,8 @@ def main(out: Path, method: str) -> None:
     seen = {"advantages": [], "losses": []}
     credit, compute_loss = trainer._credo_credit, trainer._compute_loss
 
-    def credit_spy(output):
-        output = credit(output)
+    def credit_spy(output, inputs=None):
+        output = credit(output, inputs)
         seen["advantages"].append(output["advantages"].detach().clone())
         return output
 
