@@ -267,9 +267,10 @@ def failed_sentences(study: Study) -> str:
         return "No prediction of the plan failed."
     said = "; ".join(f"`{p.cell}`, {p.said} (measured {measured})" for p, measured in failed)
     text = f"{len(failed)} of the plan's {len(MAIN_PREDICTIONS)} predictions failed: {said}."
-    readings = [f"`{cell}` {bracketed(tokens)} and {bracketed(updates)}"
-                for cell in dict.fromkeys(p.cell for p, _ in failed)
-                if (areas := tokens_and_updates(study, cell)) is not None for tokens, updates in [areas]]
+    readings = []
+    for cell in dict.fromkeys(p.cell for p, _ in failed):
+        if (areas := tokens_and_updates(study, cell)) is not None:
+            readings.append(f"`{cell}` {bracketed(areas[0])} and {bracketed(areas[1])}")
     if readings:
         text += f" Against tuned GRPO at equal rollout tokens and at {equal_updates(study)}: {'; '.join(readings)}."
     return text
@@ -286,6 +287,7 @@ def tokens_and_updates(study: Study, cell: str) -> tuple[Estimate, Estimate] | N
 
 
 def equal_updates(study: Study) -> str:
+    """How the page names the equal-updates reading (a study whose report has an update budget)."""
     return f"equal optimiser updates (the first {study.result.update_budget:.0f}, the shortest run's)"
 
 
@@ -565,8 +567,8 @@ def survey_sentence(survey: Study) -> str:
     if not means:
         return ""
     best = max(means, key=means.__getitem__)
-    row = survey.row(best)
-    against = survey.difference(best, row.like_for_like) if row and row.like_for_like else None
+    like_for_like = survey.row(best).like_for_like
+    against = survey.difference(best, like_for_like) if like_for_like else None
     text = (f"The survey ({len(means)} more cells, {survey.result.family.seeds} seeds each, described): the largest "
             f"mean gain over tuned GRPO is `{best.removesuffix('@tuned')}`'s, {means[best]:+.3f}")
     if against is not None:
